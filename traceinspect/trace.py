@@ -15,8 +15,9 @@ import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.errors import EmptyTraceError, UsageError
-from traceinspect.xplane import cache
+from traceinspect.xplane import cache, fs
 from traceinspect.xplane.frames import Frames, build_frames
+from traceinspect.xplane.fs import Location, URLPath
 from traceinspect.xplane.locate import CAPTURE_SIDECAR, Located, locate
 from traceinspect.xplane.raw import Raw, event_count
 from traceinspect.xplane.reader import DecoderName, decode_file, resolve_decoder
@@ -95,7 +96,8 @@ class Trace:
 
     # --- facts ----------------------------------------------------------------------------
     @property
-    def path(self) -> Path:
+    def path(self) -> Location:
+        """What the user asked for: a local Path, or a URLPath that prints as their URL."""
         return self.located.requested
 
     @property
@@ -103,7 +105,7 @@ class Trace:
         return self.located.run.name
 
     @property
-    def files(self) -> tuple[Path, ...]:
+    def files(self) -> tuple[Location, ...]:
         return tuple(f.path for f in self.located.run.files)
 
     @property
@@ -309,7 +311,7 @@ def _category_match(column: pd.Series, pattern: str, what: str) -> np.ndarray:
 
 
 def load(
-    path: str | Path,
+    path: str | Path | URLPath,
     *,
     run: str | None = None,
     decoder: DecoderName | None = None,
@@ -319,20 +321,23 @@ def load(
     """Read a trace: a ``*.xplane.pb[.gz]`` file, a run directory or a log directory.
 
     A log directory with several runs gives the newest (``run=`` picks another). Every
-    host file of the run is read. Raises a :class:`~traceinspect.errors.TraceInspectError`
-    subclass naming the path when the input is missing, unreadable or empty.
+    host file of the run is read. ``path`` may be a URL (``gs://bucket/logdir``, any
+    fsspec URL) when fsspec and the filesystem's package are installed: each file is
+    downloaded to a temporary file, decoded and deleted (a cached file is not downloaded).
+    Raises a :class:`~traceinspect.errors.TraceInspectError` subclass naming the path when
+    the input is missing, unreadable or empty.
     """
     t0 = time.perf_counter()
     located = locate(path, run)
     chosen = resolve_decoder(decoder)
     files = located.run.files
-    sizes = [f.path.stat().st_size for f in files]
+    sizes = [f.size for f in files]
     total = sum(sizes)
     raws: list[Raw] = []
     done = 0
     cached = 0
     for hf, size in zip(files, sizes, strict=True):
-        raw = cache.load(hf.path) if use_cache and size >= cache.MIN_BYTES else None
+        raw = cache.load(hf) if use_cache and size >= cache.MIN_BYTES else None
         if raw is None:
             base = done
             cb = None if progress is None else (lambda n, b=base: progress(b + n, total))
@@ -340,13 +345,13 @@ def load(
             raw = decode_file(hf, chosen, cb)
             slow = time.perf_counter() - started >= cache.MIN_DECODE_SECONDS
             if use_cache and size >= cache.MIN_BYTES and slow:
-                cache.store(hf.path, raw)
+                cache.store(hf, raw)
         else:
             cached += 1
         done += size
         raws.append(raw)
     if sum(event_count(r) for r in raws) == 0:
-        names = ", ".join(str(f.path) for f in files)
+        names = ", ".join(f.location for f in files)
         raise EmptyTraceError(
             f"{names}: the trace holds no events. The profiler stopped before anything "
             "ran; capture again over more steps (traceinspect capture --steps N)."
@@ -361,9 +366,8 @@ def load(
 def _sidecar(located: Located) -> dict[str, Any] | None:
     """The capture sidecar of the run, if any; an unreadable one is ignored (it only adds
     facts the trace lacks, such as per-step host times and Grain settings)."""
-    path = located.run.path / CAPTURE_SIDECAR
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(fs.read_text(located.run.path / CAPTURE_SIDECAR))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -171,7 +171,7 @@ def overview(trace: Trace) -> Overview:
         run=run.name,
         runs=tuple(r.name for r in trace.located.all_runs),
         chose_newest=trace.located.chose_newest,
-        files=tuple((f.host, str(f.path), f.path.stat().st_size) for f in run.files),
+        files=tuple((f.host, f.location, f.size) for f in run.files),
         backend=detect_backend(trace),
         hosts=tuple(trace.hosts),
         event_count=trace.event_count,

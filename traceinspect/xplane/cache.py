@@ -1,7 +1,8 @@
 """A disk cache of decoded columns, so the second open of a large trace is near-instant.
 
-Keyed by file identity (absolute path, size, mtime) and the traceinspect version: a file
-that changes, or a new release, misses. An entry is a directory of ``.npy`` arrays (opened
+Keyed by file identity (absolute path, size, mtime; for a file behind a URL: the URL, and
+the size, mtime and ETag its listing gave) and the traceinspect version: a file that
+changes, or a new release, misses. An entry is a directory of ``.npy`` arrays (opened
 memory-mapped) and one JSON manifest; it is written under a temporary name and renamed,
 so a reader never sees half an entry. Anything unreadable is treated as a miss and
 rewritten: a corrupt cache costs time, never a wrong answer.
@@ -25,6 +26,10 @@ from typing import Any
 import numpy as np
 
 from traceinspect._version import __version__
+from traceinspect.errors import TraceInspectError
+from traceinspect.xplane import fs
+from traceinspect.xplane.fs import Location
+from traceinspect.xplane.locate import HostFile
 
 MIN_BYTES = 8 << 20
 # Writing an entry costs about as much as decoding with the C decoder; it pays off only
@@ -44,23 +49,42 @@ def cache_dir() -> Path:
     return base / "traceinspect"
 
 
-def _key(path: Path) -> tuple[str, dict[str, Any]]:
-    st = path.stat()
-    ident = {
-        "path": str(path.resolve()),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "version": __version__,
-        "format": _FORMAT,
-    }
+def _key(file: Location | HostFile) -> tuple[str, dict[str, Any]] | None:
+    """The entry name and identity of ``file``; None when nothing would tell a rewritten
+    remote object from the old one (neither mtime nor ETag), so it is never cached."""
+    path = file.path if isinstance(file, HostFile) else file
+    if isinstance(path, Path):
+        st = path.stat()
+        ident: dict[str, Any] = {
+            "path": str(path.resolve()),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+        }
+    else:
+        listed = (file.stat if isinstance(file, HostFile) else None) or fs.stat(path)
+        if not (listed.mtime_ns or listed.etag):
+            return None
+        ident = {
+            "url": str(path),
+            "size": listed.size,
+            "mtime_ns": listed.mtime_ns,
+            "etag": listed.etag,
+        }
+    ident.update(version=__version__, format=_FORMAT)
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
     return digest, ident
 
 
-def load(path: Path) -> dict[str, Any] | None:
-    """The cached columns of ``path``, or None on a miss (or an unreadable entry)."""
+def load(file: Location | HostFile) -> dict[str, Any] | None:
+    """The cached columns of ``file``, or None on a miss (or an unreadable entry).
+
+    Asks nothing of a remote file beyond its listing: a hit downloads nothing.
+    """
     try:
-        digest, ident = _key(path)
+        key = _key(file)
+        if key is None:
+            return None
+        digest, ident = key
         entry = cache_dir() / digest
         manifest = json.loads((entry / _MANIFEST).read_text())
         if manifest.get("ident") != ident:
@@ -81,13 +105,17 @@ def load(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def store(path: Path, raw: dict[str, Any]) -> None:
-    """Write the typed columns (see ``raw.typed``) of ``path``.
+def store(file: Location | HostFile, raw: dict[str, Any]) -> None:
+    """Write the typed columns (see ``raw.typed``) of ``file``.
 
-    Failures (disk full, read-only home) are ignored: the cache is an optimisation.
+    Failures (disk full, read-only home, a remote file gone) are ignored: the cache is an
+    optimisation.
     """
     try:
-        digest, ident = _key(path)
+        key = _key(file)
+        if key is None:
+            return
+        digest, ident = key
         root = cache_dir()
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=root))
@@ -111,7 +139,7 @@ def store(path: Path, raw: dict[str, Any]) -> None:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         _prune(root)
-    except OSError:
+    except (OSError, TraceInspectError):
         return
 
 

@@ -5,14 +5,19 @@ Layouts understood (jax.profiler and TensorBoard write the last two)::
     trace.xplane.pb[.gz]                                   one file
     <run>/<host>.xplane.pb ...                             a run: one file per host
     <logdir>/[<sub>/]plugins/profile/<run>/<host>.xplane.pb  runs under a log directory
+
+Each may be local or behind a URL (``gs://bucket/logdir``, see :mod:`traceinspect.xplane.fs`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from traceinspect.errors import AmbiguousRunError, TraceNotFoundError
+from traceinspect.xplane import fs
+from traceinspect.xplane.fs import Location, Stat, URLPath
 
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # What `traceinspect capture` writes beside the traces of a run (see traceinspect.capture).
@@ -22,14 +27,40 @@ PROFILE_DIR = ("plugins", "profile")
 
 @dataclass(frozen=True)
 class HostFile:
-    """One host's trace file."""
+    """One host's trace file: a local :class:`~pathlib.Path` or a :class:`URLPath`."""
 
     host: str
-    path: Path
+    path: Location
+    # A remote file's size, mtime and ETag as its listing gave them (local files are
+    # stat'ed when asked, as before).
+    stat: Stat | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def location(self) -> str:
+        """The file as a string that ``traceinspect.load()`` reads: the path, or the URL."""
+        return str(self.path)
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.path, URLPath)
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk (or in the bucket)."""
+        return (self.stat or fs.stat(self.path)).size
+
+    @property
+    def mtime_ns(self) -> int:
+        return (self.stat or fs.stat(self.path)).mtime_ns
 
     @property
     def compressed(self) -> bool:
         return self.path.name.endswith(".gz")
+
+
+def file_size(hf: HostFile) -> int:
+    """Bytes of one host file, local or remote (the same as ``hf.size``)."""
+    return hf.size
 
 
 @dataclass(frozen=True)
@@ -37,63 +68,66 @@ class Run:
     """A profiling run: a directory with one XPlane file per host."""
 
     name: str  # path relative to the directory the user named, e.g. plugins/profile/2026_...
-    path: Path
+    path: Location
     files: tuple[HostFile, ...]
 
     @property
     def mtime_ns(self) -> int:
-        return max(f.path.stat().st_mtime_ns for f in self.files)
+        return max(f.mtime_ns for f in self.files)
 
 
 @dataclass(frozen=True)
 class Located:
     """What a user's path resolved to."""
 
-    requested: Path
+    requested: Location  # as the user named it: str() gives their path or URL
     run: Run
     all_runs: tuple[Run, ...]  # every run found, newest last
     chose_newest: bool  # True when several runs existed and the newest was taken
 
 
-def host_of(path: Path) -> str:
+def host_of(path: Location) -> str:
     name = path.name
     for suffix in SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
-    return path.stem
+    return PurePosixPath(name).stem
 
 
-def _trace_files(directory: Path) -> tuple[HostFile, ...]:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
+def _one_per_host(files: list[HostFile]) -> tuple[HostFile, ...]:
     # A host written both plain and compressed: read the plain one.
     by_host: dict[str, HostFile] = {}
-    for p in files:
-        hf = HostFile(host_of(p), p)
+    for hf in sorted(files, key=lambda f: f.path.name):
         if hf.host not in by_host or by_host[hf.host].compressed:
             by_host[hf.host] = hf
     return tuple(by_host[h] for h in sorted(by_host))
 
 
-def find_runs(root: Path) -> list[Run]:
+def find_runs(root: Location) -> list[Run]:
     """Every run directory at or below ``root``, oldest first."""
+    by_directory: dict[Location, list[HostFile]] = {}
+    for path, stat in fs.find(root, SUFFIXES):
+        by_directory.setdefault(path.parent, []).append(HostFile(host_of(path), path, stat))
     runs = []
-    for directory in sorted({p.parent for s in SUFFIXES for p in root.rglob(f"*{s}")}):
-        files = _trace_files(directory)
-        if files:
-            rel = directory.relative_to(root).as_posix()
-            runs.append(
-                Run(name=rel if rel != "." else directory.name, path=directory, files=files)
+    for directory, files in by_directory.items():
+        rel = fs.relative(directory, root)
+        runs.append(
+            Run(
+                name=rel if rel != "." else directory.name,
+                path=directory,
+                files=_one_per_host(files),
             )
+        )
     runs.sort(key=lambda r: (r.mtime_ns, r.name))
     return runs
 
 
 def _location(run: Run) -> str:
     """The profile directory a run lives in (sub-logdirs such as train/ and eval/ differ)."""
-    return run.path.parent.as_posix()
+    return str(run.path.parent)
 
 
-def locate(path: str | Path, run: str | None = None) -> Located:
+def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Located:
     """Resolve ``path`` (a file, a run directory or a log directory) to one run.
 
     With several runs, ``run`` picks one by name (as listed in errors and by
@@ -101,14 +135,15 @@ def locate(path: str | Path, run: str | None = None) -> Located:
     unless runs come from several profile directories (``train/`` and ``eval/``), where
     the choice is the user's.
     """
-    p = Path(path).expanduser()
-    if not p.exists():
+    p = fs.to_location(path)
+    probed = fs.probe(p)
+    if probed is None:
         raise TraceNotFoundError(
             f"{p}: no such file or directory. Pass a *.xplane.pb file, a run directory "
             "or a TensorBoard log directory (for example ./traceinspect_logs)."
         )
-    if p.is_file():
-        hf = HostFile(host_of(p), p)
+    if probed[0] == "file":
+        hf = HostFile(host_of(p), p, probed[1])
         single = Run(name=p.parent.name, path=p.parent, files=(hf,))
         return Located(requested=p, run=single, all_runs=(single,), chose_newest=False)
     runs = find_runs(p)

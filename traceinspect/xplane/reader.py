@@ -1,4 +1,4 @@
-"""Read XPlane files from disk into decoded columns: file access, decoder choice, errors.
+"""Read XPlane files into decoded columns: file access, decoder choice, errors.
 
 The compiled decoder is used when it was built; ``TRACEINSPECT_DECODER=python`` (or
 ``decoder="python"``) forces the protobuf one, which tests use to check both.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from traceinspect.errors import TraceDecodeError, UsageError
-from traceinspect.xplane import pydecode
+from traceinspect.xplane import fs, pydecode
 from traceinspect.xplane.locate import HostFile
 from traceinspect.xplane.raw import Raw, typed
 
@@ -69,13 +69,20 @@ def _decode(data: Any, decoder: Literal["c", "python"], progress: Progress | Non
 def decode_file(
     hf: HostFile, decoder: Literal["c", "python"], progress: Progress | None = None
 ) -> Raw:
-    """Decode one host file. Raises :class:`TraceDecodeError` naming the file."""
-    path = hf.path
+    """Decode one host file, fetched to a temporary file first when it is behind a URL.
+    Raises :class:`TraceDecodeError` naming the file (the URL, never the temporary copy)."""
+    with fs.fetched(hf.path) as local:
+        return _decode_local(local, hf.location, decoder, progress)
+
+
+def _decode_local(
+    path: Path, name: str, decoder: Literal["c", "python"], progress: Progress | None
+) -> Raw:
     try:
         size = path.stat().st_size
         if size == 0:
             raise TraceDecodeError(
-                f"{path}: the file is empty (0 bytes). The profiler did not finish "
+                f"{name}: the file is empty (0 bytes). The profiler did not finish "
                 "writing it; capture the run again."
             )
         with path.open("rb") as fh:
@@ -84,29 +91,29 @@ def decode_file(
                 fh.seek(0)
                 with gzip.GzipFile(fileobj=fh) as gz:
                     data: Any = gz.read()
-                return _checked(path, data, decoder, progress)
+                return _checked(name, data, decoder, progress)
             # Mapped, not read: the pages are dropped as soon as decoding ends, since
             # decoded columns never point into the file.
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _checked(path, mapped, decoder, progress)
+                return _checked(name, mapped, decoder, progress)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceDecodeError(
-            f"{path}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
+            f"{name}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
             "again, or decompress a complete copy."
         ) from None
     except OSError as exc:
         raise TraceDecodeError(
-            f"{path}: cannot read the file ({exc.strerror or exc}). Check permissions."
+            f"{name}: cannot read the file ({exc.strerror or exc}). Check permissions."
         ) from None
 
 
 def _checked(
-    path: Path, data: Any, decoder: Literal["c", "python"], progress: Progress | None
+    name: str, data: Any, decoder: Literal["c", "python"], progress: Progress | None
 ) -> Raw:
     try:
         return typed(_decode(data, decoder, progress))
     except (ValueError, OverflowError) as exc:
         raise TraceDecodeError(
-            f"{path}: not a readable XPlane trace ({exc}).{_hint(bytes(data[:64]))} If "
+            f"{name}: not a readable XPlane trace ({exc}).{_hint(bytes(data[:64]))} If "
             "the run was interrupted while writing, capture it again."
         ) from None
