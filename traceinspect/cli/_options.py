@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from traceinspect.xplane.fs import URLPath
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class TraceRequest:
     """PATH and the options that say how to read it, as one value for a command."""
 
-    path: Path
+    path: Path | URLPath  # a URL (gs://bucket/logdir) stays a URL
     run: str | None
     no_cache: bool
     decoder: str
@@ -34,8 +37,10 @@ def trace_input(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
+        from traceinspect.xplane.fs import to_location
+
         request = TraceRequest(
-            path=kwargs.pop("path"),
+            path=to_location(kwargs.pop("path")),
             run=kwargs.pop("run"),
             no_cache=kwargs.pop("no_cache"),
             decoder=kwargs.pop("decoder"),
@@ -44,7 +49,8 @@ def trace_input(func: F) -> F:
         return func(request=request, **kwargs)
 
     options = [
-        click.argument("path", type=click.Path(path_type=Path)),
+        # A plain string: click.Path would turn gs://bucket into gs:/bucket.
+        click.argument("path", type=str),
         click.option(
             "--run",
             "run",
@@ -101,7 +107,9 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def load_trace(path: Path, run: str | None, no_cache: bool, decoder: str, quiet: bool) -> Any:
+def load_trace(
+    path: Path | URLPath, run: str | None, no_cache: bool, decoder: str, quiet: bool
+) -> Any:
     """Load with a progress bar on a terminal, and say which run was picked."""
     from traceinspect.trace import load
 
