@@ -8,6 +8,16 @@ TensorBoard/XProf log directory::
     <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb
     <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/traceinspect.capture.json   (the sidecar)
 
+On a pod every host runs its own capture into one run directory named by ``run_name``
+(``--run-name``), each under its own ``host_name`` (``--host-name``, default the machine's
+hostname; processes on one machine need distinct ones). The sidecar is then per host
+(:func:`sidecar_name`)::
+
+    <logdir>/plugins/profile/<run_name>/<host>.xplane.pb
+    <logdir>/plugins/profile/<run_name>/<host>.traceinspect.capture.json
+
+A capture refuses to start if its host already has a file in that run directory.
+
 Steps are found, best first, from the script's ``jax.profiler.StepTraceAnnotation``; else from
 batches drawn from a Grain iterator on the main thread (the outermost ``__next__`` only); else
 from calls of the jitted function that first reaches the first traced step (the most
@@ -26,10 +36,14 @@ Trace annotations added inside the window (host plane, main thread):
     ``__bool__``, ``__index__``, ``item``, ``tolist``, ``__array__``, ``block_until_ready``,
     ``device_get``).
 
-Sidecar fields (``traceinspect.capture.json``, ``schema_version`` 1; times in Unix ns):
+Sidecar fields (``traceinspect.capture.json`` or ``<host>.traceinspect.capture.json``,
+``schema_version`` 1; times in Unix ns):
 
 - ``schema_version``, ``tool`` (``name``, ``version``)
-- ``command`` (as given), ``python`` (interpreter), ``cwd``, ``run_name``, ``run_dir``
+- ``command`` (as given), ``python`` (interpreter), ``cwd``, ``run_name``, ``run_dir``,
+  ``host_name`` (the host part of the file names), ``shared_run`` (``run_name`` was given)
+- ``process_index``, ``process_count``: from jax when the script called
+  ``jax.distributed.initialize`` (read when the window closed), else null
 - ``trace_files``: the ``.xplane.pb`` names in the run directory
 - ``started_unix_ns``, ``ended_unix_ns``, ``script_start_unix_ns``
 - ``exit_code`` (the script's; 128 + N when killed by signal N), ``exit_signal`` (name or null)
@@ -68,6 +82,7 @@ from traceinspect.capture._child import (
     ANN_STEP,
     ANNOTATIONS,
     SIDECAR_NAME,
+    sidecar_name,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.capture._runner import STEP_SOURCES, CaptureOptions, CaptureResult, run_capture
@@ -84,4 +99,5 @@ __all__ = [
     "ScriptCommand",
     "parse_command",
     "run_capture",
+    "sidecar_name",
 ]

@@ -35,6 +35,27 @@ from typing import Any
 SIDECAR_NAME = "traceinspect.capture.json"
 SCHEMA_VERSION = 1
 
+# What jax's profiler writes per host, ``<host><suffix>``: renamed when --host-name is given.
+_HOST_FILE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
+
+
+def sidecar_name(host: str | None) -> str:
+    """The sidecar's file name: ``<host>.traceinspect.capture.json`` in a run directory shared
+    by several hosts (``--run-name``), else ``traceinspect.capture.json``."""
+    return f"{host}.{SIDECAR_NAME}" if host else SIDECAR_NAME
+
+
+def host_file_name(name: str, host: str) -> str:
+    """``name`` (a file jax wrote as ``<this machine's hostname><suffix>``) for ``host``."""
+    local = socket.gethostname()
+    if local and name.startswith(f"{local}."):
+        return host + name[len(local) :]
+    for suffix in _HOST_FILE_SUFFIXES:
+        if name.endswith(suffix):
+            return host + suffix
+    return name
+
+
 # Our trace annotations. They are only emitted while the trace window is open.
 ANN_STEP = "traceinspect/step"
 ANN_NEXT_BATCH = "traceinspect/next_batch"
@@ -138,6 +159,7 @@ class _Capture:
         self.batch_bytes: int | None = None
         self.device_tracer_applied: bool | None = None
         self.grain_worker_profiling: bool | None = None
+        self.distributed: dict[str, int] | None = None
         self.thread_state = threading.local()
         self.main_thread = threading.main_thread()
 
@@ -258,6 +280,8 @@ class _Capture:
         self._exit_step_annotation()
         self.phase = _DONE
         self.trace_stop_ns = time.time_ns()
+        # Now, while the script's jax.distributed client is surely still up.
+        self.distributed = _distributed_info()
         try:
             import jax.profiler
 
@@ -276,13 +300,20 @@ class _Capture:
         # jax writes <export_dir>/plugins/profile/<its run>/<host>.xplane.pb; each file is
         # complete before we rename it into place, so the run directory never holds a
         # half-written trace.
+        # With --host-name the files are renamed for that host; other hosts may be writing to
+        # the same run directory, so never replace a file that is already there.
         profile_root = pathlib.Path(self.config["export_dir"], "plugins", "profile")
         run_dir = pathlib.Path(self.config["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
+        host = self.config.get("host_name")
         for run in sorted(profile_root.iterdir()):
             for path in sorted(run.iterdir()):
-                path.replace(run_dir / path.name)
-                self.trace_files.append(path.name)
+                name = host_file_name(path.name, host) if host else path.name
+                target = run_dir / name
+                if target.exists():
+                    raise FileExistsError(f"'{target}' already exists")
+                path.replace(target)
+                self.trace_files.append(name)
         shutil.rmtree(self.config["export_dir"], ignore_errors=True)
 
     def _window_text(self) -> str:
@@ -420,6 +451,7 @@ class _Capture:
             "versions": _versions(),
             "backend": _backend_info(),
             "grain": self._grain_summary(),
+            **(self.distributed or _distributed_info() or _NOT_DISTRIBUTED),
         }
 
     def write_report(self) -> None:
@@ -534,6 +566,26 @@ def _backend_info() -> dict[str, Any] | None:
         }
     except Exception as exc:
         return {"error": str(exc)}
+
+
+_NOT_DISTRIBUTED: dict[str, int | None] = {"process_index": None, "process_count": None}
+
+
+def _distributed_info() -> dict[str, int] | None:
+    """This process's index and the process count, if the script called jax.distributed."""
+    jax = sys.modules.get("jax")
+    is_initialized = getattr(getattr(jax, "distributed", None), "is_initialized", None)
+    if jax is None or is_initialized is None:
+        return None
+    try:
+        if not is_initialized():
+            return None
+        return {
+            "process_index": int(jax.process_index()),
+            "process_count": int(jax.process_count()),
+        }
+    except Exception:
+        return None
 
 
 # -- post-import hooks ------------------------------------------------------------------------

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -42,8 +44,20 @@ class CaptureOptions:
     grain_worker_profiling: bool = True
     quiet: bool = False
     kill_grace_s: float = 30.0
+    #: A run directory shared by every capture that names it (one per host of a pod); None
+    #: for a new timestamped one.
+    run_name: str | None = None
+    #: The host part of the file names (``<host>.xplane.pb``); None for this machine's name.
+    host_name: str | None = None
+
+    @property
+    def host(self) -> str:
+        """The host the files are named after."""
+        return self.host_name if self.host_name is not None else socket.gethostname()
 
     def check(self) -> None:
+        _check_name("--run-name", self.run_name)
+        _check_name("--host-name", self.host_name)
         if self.steps < 1:
             raise CaptureError(f"--steps must be at least 1, got {self.steps}")
         if self.skip_steps < 0:
@@ -56,6 +70,16 @@ class CaptureOptions:
             raise CaptureError("--delay must be >= 0 and --duration > 0 (seconds)")
         if self.workers is not None and self.workers < 0:
             raise CaptureError(f"--workers must be 0 or more, got {self.workers}")
+
+
+def _check_name(option: str, name: str | None) -> None:
+    """A run or host name must be one plain path component."""
+    if name is None:
+        return
+    if not name.strip() or name in (".", "..") or "/" in name or "\0" in name:
+        raise CaptureError(
+            f"{option} {name!r} cannot be a file name: give a non-empty name without '/'"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +136,12 @@ class CaptureResult:
         }
 
 
-def _prepare_logdir(logdir: str) -> tuple[str, str, str]:
-    """Create the run directory and a private scratch directory; fail early if unwritable."""
+def _prepare_logdir(logdir: str, run_name: str | None = None) -> tuple[str, str, str]:
+    """Create the run directory and a private scratch directory; fail early if unwritable.
+
+    With ``run_name`` the run directory is that one, created if missing and shared with every
+    other capture naming it; otherwise a new one named after the time.
+    """
     root = Path(logdir).absolute()
     profile_root = root / "plugins" / "profile"
     try:
@@ -124,6 +152,16 @@ def _prepare_logdir(logdir: str) -> tuple[str, str, str]:
         raise CaptureError(
             f"cannot write to log directory '{root}' ({reason}): choose another with --logdir"
         ) from None
+    if run_name is not None:
+        run_dir = profile_root / run_name
+        try:
+            run_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise CaptureError(
+                f"cannot create '{run_dir}' ({exc.strerror}): choose another --run-name"
+            ) from None
+        return run_name, str(run_dir), scratch
     # Same name format as jax's own runs, so TensorBoard and XProf sort them together.
     base = time.strftime("%Y_%m_%d_%H_%M_%S")
     for n in range(1, 1000):
@@ -140,6 +178,41 @@ def _prepare_logdir(logdir: str) -> tuple[str, str, str]:
             ) from None
         return run_name, str(run_dir), scratch
     raise CaptureError(f"too many runs named {base} in '{profile_root}'")
+
+
+def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Path:
+    """Reserve this host's place in a shared run directory, or refuse if it is taken.
+
+    The host's sidecar is created exclusively, so two captures naming the same host in one
+    run cannot both start; until the capture ends it says the capture has not finished.
+    """
+    host = options.host
+    sidecar = Path(run_dir, _child.sidecar_name(host))
+    taken = f"run directory '{run_dir}' already holds host '{host}'"
+    advice = "give each process its own --host-name, or use another --run-name"
+    trace = Path(run_dir, f"{host}.xplane.pb")
+    if trace.exists():
+        raise CaptureError(f"{taken} ({trace.name}): {advice}")
+    placeholder = {
+        "schema_version": _child.SCHEMA_VERSION,
+        "tool": {"name": "traceinspect", "version": __version__},
+        "command": list(cmd.original),
+        "run_name": options.run_name,
+        "host_name": host,
+        "run_dir": run_dir,
+        "trace_files": [],
+        "started_unix_ns": time.time_ns(),
+        "partial": True,
+        "partial_reasons": ["the capture had not ended (still running, or its parent died)"],
+    }
+    try:
+        with sidecar.open("x", encoding="utf-8") as f:
+            f.write(json.dumps(placeholder, indent=2) + "\n")
+    except FileExistsError:
+        raise CaptureError(f"{taken} ({sidecar.name}): {advice}") from None
+    except OSError as exc:
+        raise CaptureError(f"cannot write '{sidecar}' ({exc.strerror})") from None
+    return sidecar
 
 
 def _window_options(options: CaptureOptions) -> dict[str, Any]:
@@ -163,6 +236,7 @@ def _child_config(
         "argv0": cmd.target,
         "args": list(cmd.args),
         "run_dir": run_dir,
+        "host_name": options.host_name,
         "export_dir": str(Path(scratch, "export")),
         "report_path": str(Path(scratch, "report.json")),
         **_window_options(options),
@@ -262,18 +336,26 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
     options = options or CaptureOptions()
     options.check()
     cmd = parse_command(command)
-    run_name, run_dir, scratch = _prepare_logdir(options.logdir)
-    config = _child_config(cmd, options, run_dir, scratch)
-    config_path = Path(scratch, "config.json")
-    config_path.write_text(json.dumps(config), encoding="utf-8")
-
-    argv = [cmd.python, *cmd.interpreter_options, _child.__file__, str(config_path)]
-    started_ns = time.time_ns()
+    shared = options.run_name is not None
+    run_name, run_dir, scratch = _prepare_logdir(options.logdir, options.run_name)
+    sidecar_path = Path(run_dir, _child.sidecar_name(options.host if shared else None))
     try:
+        if shared:
+            _claim_host(run_dir, options, cmd)
+        config = _child_config(cmd, options, run_dir, scratch)
+        config_path = Path(scratch, "config.json")
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        argv = [cmd.python, *cmd.interpreter_options, _child.__file__, str(config_path)]
+        started_ns = time.time_ns()
         proc = subprocess.Popen(argv)
-    except OSError as exc:
+    except (CaptureError, OSError) as exc:
         shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(exc, CaptureError):
+            raise
+        if shared:
+            sidecar_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
+            # Only if empty: a shared run directory may hold other hosts' files.
             Path(run_dir).rmdir()
         raise CaptureError(f"cannot start {cmd.python!r}: {exc.strerror or exc}") from None
     relay = _SignalRelay(proc, options.kill_grace_s)
@@ -295,12 +377,13 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
         started_ns=started_ns,
         ended_ns=ended_ns,
     )
-    sidecar_path = str(Path(run_dir, _child.SIDECAR_NAME))
-    _child._write_json_atomic(sidecar_path, sidecar)
-    traces = tuple(str(p) for p in sorted(Path(run_dir).glob("*.xplane.pb")))
+    _child._write_json_atomic(str(sidecar_path), sidecar)
+    # A shared run directory holds other hosts' files too: list only this host's.
+    pattern = f"{glob.escape(options.host)}.xplane.pb" if shared else "*.xplane.pb"
+    traces = tuple(str(p) for p in sorted(Path(run_dir).glob(pattern)))
     return CaptureResult(
         run_dir=run_dir,
-        sidecar_path=sidecar_path,
+        sidecar_path=str(sidecar_path),
         trace_paths=traces,
         exit_code=exit_code,
         partial=bool(sidecar["partial"]),
@@ -343,6 +426,8 @@ def _sidecar(
         "cwd": str(Path.cwd()),
         "run_name": run_name,
         "run_dir": run_dir,
+        "host_name": options.host,
+        "shared_run": options.run_name is not None,
         "trace_files": trace_files,
         "started_unix_ns": started_ns,
         "ended_unix_ns": ended_ns,

@@ -22,8 +22,10 @@ def _analysis(result: CaptureResult) -> Analysis | str:
 
     if not result.trace_paths:
         return "nothing to analyze: no trace was written"
+    # A shared run directory (--run-name) holds other hosts' traces: read only this one's.
+    path = result.trace_paths[0] if result.sidecar.get("shared_run") else result.run_dir
     try:
-        return run_analysis(load(result.run_dir, use_cache=False))
+        return run_analysis(load(path, use_cache=False))
     except TraceInspectError as exc:
         return f"cannot analyze the trace: {exc}"
 
@@ -37,6 +39,20 @@ def _analysis(result: CaptureResult) -> Analysis | str:
     show_default=True,
     type=click.Path(file_okay=False),
     help="Log directory; the run goes to LOGDIR/plugins/profile/<run>/.",
+)
+@click.option(
+    "--run-name",
+    metavar="NAME",
+    default=None,
+    help="Write into LOGDIR/plugins/profile/NAME/, shared by every capture that names it "
+    "(one per host of a multi-host run); default a new timestamped run.",
+)
+@click.option(
+    "--host-name",
+    metavar="NAME",
+    default=None,
+    help="Name the files NAME.xplane.pb, ... (default this machine's hostname); needed when "
+    "several processes of one machine share a --run-name.",
 )
 @click.option("--skip-steps", default=2, show_default=True, help="Steps to skip (warm-up).")
 @click.option("--steps", default=5, show_default=True, help="Steps to trace.")
@@ -56,6 +72,8 @@ def capture(
     ctx: click.Context,
     *,
     logdir: str,
+    run_name: str | None,
+    host_name: str | None,
     skip_steps: int,
     steps: int,
     stop_after: bool,
@@ -71,14 +89,21 @@ def capture(
     The script runs as it would without traceinspect; the exit code is the script's.
     Messages go to stderr; the script's stdout is left alone.
 
+    On a multi-host run, run one capture per process with the same --run-name and a
+    --host-name each: the traces land side by side in one run directory, each host with
+    its own sidecar NAME.traceinspect.capture.json.
+
     \b
     Examples:
       traceinspect capture -- python train.py --lr 0.1
       traceinspect capture --skip-steps 3 --steps 10 -- python -m mypkg.train
       traceinspect capture --workers 8 --stop-after -- train.py
+      traceinspect capture --run-name pod1 --host-name host0 -- python train.py --id 0
     """
     options = CaptureOptions(
         logdir=logdir,
+        run_name=run_name,
+        host_name=host_name,
         skip_steps=skip_steps,
         steps=steps,
         stop_after=stop_after,
