@@ -820,8 +820,32 @@ static int collect_entries(const wctx *w, vec *out, const uint8_t *p, const uint
     return 0;
 }
 
+/* Wire-check a message whose fields are scalars and strings, and, for field `nested`
+ * (0: none) of wire type 2, the message inside it too. The protobuf reader checks every
+ * map entry, including those a later entry with the same key replaces, so map values
+ * that dedupe_entries drops are checked here: both decoders reject the same inputs. */
+static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested) {
+    field f;
+    int r;
+    while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        if (nested && f.num == nested && f.wt == 2 &&
+            check_message(w, f.data, f.data + f.len, 0) < 0)
+            return -1;
+    }
+    return p ? r : 0;
+}
+
+static int check_entries(const wctx *w, const vec *entries, uint32_t nested) {
+    for (size_t i = 0; i < entries->n; i++) {
+        const entry *e = &VEC_AT(*entries, entry, i);
+        if (e->data && check_message(w, e->data, e->data + e->len, nested) < 0) return -1;
+    }
+    return 0;
+}
+
 static int build_stat_metadata(state *st, vec *entries) {
     const wctx *w = &st->w;
+    if (check_entries(w, entries, 0) < 0) return -1;
     size_t n = dedupe_entries((entry *)entries->d, entries->n);
     st->statmd_name.n = st->statmd_ref.n = st->statmd_span.n = 0;
     if (vec_reserve(&st->statmd_name, n) < 0 || vec_reserve(&st->statmd_ref, n) < 0 ||
@@ -864,6 +888,7 @@ static int build_stat_metadata(state *st, vec *entries) {
 
 static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
     const wctx *w = &st->w;
+    if (check_entries(w, entries, 5) < 0) return -1; /* 5: stats, XStat messages */
     size_t n = dedupe_entries((entry *)entries->d, entries->n);
     int32_t *vals = malloc((n ? n : 1) * sizeof(int32_t));
     if (!vals) {
