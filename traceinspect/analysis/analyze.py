@@ -87,6 +87,9 @@ class Analysis:
     per_step: pd.DataFrame = field(repr=False)
     gaps: pd.DataFrame = field(repr=False)
     notes: tuple[str, ...] = ()
+    #: Median device time per step inside collectives (all-reduce, all-gather, ...): part
+    #: of the busy time, and in a multi-host run the time spent waiting for other hosts.
+    collective_ms_per_step: float = 0.0
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
@@ -110,6 +113,7 @@ class Analysis:
             "summary": self.summary,
             "input_ms_per_step": self.input_ms_per_step,
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
+            "collective_ms_per_step": self.collective_ms_per_step,
             "sync_sites": list(self.sync_sites),
             "recommendations": [dict(r) for r in self.recommendations],
             "per_step": [
@@ -118,6 +122,7 @@ class Analysis:
                     "wall_ms": round(r["wall_ns"] / 1e6, 4),
                     "busy_ms": round(r["busy_ns"] / 1e6, 4),
                     "idle_ms": round(r["idle_ns"] / 1e6, 4),
+                    "collective_ms": round(r["collective_ns"] / 1e6, 4),
                     "idle_by_cause_ms": {c: round(r[f"idle_{c}_ns"] / 1e6, 4) for c in CAUSES},
                 }
                 for _, r in self.per_step.iterrows()
@@ -334,6 +339,7 @@ def analyze(trace: Trace) -> Analysis:
             S.START_NS: steps.starts,
             "wall_ns": steps.wall_ns,
             "busy_ns": busy.overlap_with(steps.starts, steps.ends),
+            "collective_ns": activity.collective_union.overlap_with(steps.starts, steps.ends),
             "input_work_ns": host.input.overlap_with(steps.starts, steps.ends),
         }
     )
@@ -406,6 +412,7 @@ def analyze(trace: Trace) -> Analysis:
         "verdict": verdict,
         "input_ms_per_step": round(input_per_step / 1e6, 4),
         "device_busy_ms_per_step": round(busy_per_step / 1e6, 4),
+        "collective_ms_per_step": round(_median(per_step["collective_ns"].to_numpy()) / 1e6, 4),
         "sync_sites": sync_sites,
         "per_step": per_step,
         "gaps": gaps,

@@ -15,12 +15,17 @@
   then the work.
 
 Busy time per device is the union of its work events; idle time is the rest.
+
+Collectives (all-reduce, all-gather, reduce-scatter, collective-permute, all-to-all, and
+NCCL/RCCL kernels on GPUs) are kept apart as well: in a multi-host run a device that waits
+for a slower host waits *inside* a collective, so its busy time hides that wait.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +45,13 @@ _TPU_MODULES = "XLA Modules"
 # Not program work: thread-pool bookkeeping, zero-length op-end markers, and host-to-device
 # transfers (sample_traces/scenarios/FINDINGS.md).
 _CPU_NOT_WORK = re.compile(r"^(ThreadpoolListener::|end: |H2D Dispatch)")
+# HLO collectives by op name (CPU: ``all-reduce.3``; TPU ``XLA Ops`` names are the HLO
+# text, ``%all-reduce.1 = f32[...] all-reduce(...)``), and GPU collective kernels.
+COLLECTIVE = re.compile(
+    r"(?:^|[%\s])(?:all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all"
+    r"|ragged-all-to-all|collective-broadcast)(?:-start|-done)?(?:[.\s=(]|$)"
+    r"|(?i:nccl|rccl)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,13 +61,24 @@ class DeviceActivity:
     backend: BackendInfo
     busy: dict[str, Intervals]
     work_lines: dict[str, tuple[int, ...]]  # device -> line rows whose events are work
+    #: The part of each device's busy time spent in collectives (a subset of ``busy``).
+    collectives: dict[str, Intervals] = field(default_factory=dict)
 
     @property
     def union(self) -> Intervals:
-        out = Intervals.empty()
-        for iv in self.busy.values():
-            out = out.union(iv)
-        return out
+        return _union(self.busy.values())
+
+    @property
+    def collective_union(self) -> Intervals:
+        """Any device inside a collective."""
+        return _union(self.collectives.values())
+
+
+def _union(parts: Iterable[Intervals]) -> Intervals:
+    out = Intervals.empty()
+    for iv in parts:
+        out = out.union(iv)
+    return out
 
 
 def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]]:
@@ -97,12 +120,18 @@ def device_activity(trace: Trace) -> DeviceActivity:
             not_work = ~category_mask(ev[S.NAME], INLINE_EXECUTE)
         else:
             not_work = category_mask(ev[S.NAME], _CPU_NOT_WORK)
+    collective = category_mask(ev[S.NAME], COLLECTIVE)
     busy: dict[str, Intervals] = {}
+    collectives: dict[str, Intervals] = {}
     work_lines: dict[str, tuple[int, ...]] = {}
     for device, rows in _lines_for_device(trace, backend).items():
         mask = np.isin(line_rows, rows)
         if not_work is not None:
             mask &= ~not_work
         busy[device] = Intervals.union_of(starts[mask], ends[mask])
+        mask &= collective
+        collectives[device] = Intervals.union_of(starts[mask], ends[mask])
         work_lines[device] = tuple(rows)
-    return DeviceActivity(backend=backend, busy=busy, work_lines=work_lines)
+    return DeviceActivity(
+        backend=backend, busy=busy, work_lines=work_lines, collectives=collectives
+    )
