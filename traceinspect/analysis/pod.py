@@ -1,0 +1,486 @@
+"""Multi-host runs: per-host analyses side by side, steps aligned, and the straggler named.
+
+A JAX job runs one process per host; every step ends in collectives (the gradient
+all-reduce), so one host that is late stalls them all. On that host the device sits idle
+waiting for input; on every other host the device looks *busy*, but the time is spent
+inside the collective, waiting for the late host. So the per-host verdicts disagree
+("input-bound" on one host, "device-bound" on the rest) and only the cross-host view says
+what happened.
+
+The rule, over the steps every host traced (aligned by step number; host clocks are not
+compared):
+
+- Per step, the host whose device waited longest for input is the *starved* host of that
+  step (when that wait matters: >= 5% of the step), and the host with the longest step is
+  the *slowest* one.
+- A host is the straggler when it is the starved host in most steps, its input wait per
+  step (median) matters, and it waits at least twice as long as any other host does.
+- Its wait *explains* the others' collective waits when each other host spends longer
+  in collectives than the straggler does, by at least half of the straggler's input wait
+  (median over hosts): the devices that were not fed by it wait for it in the
+  all-reduce. Then the straggler is ``confirmed``. Without collectives in the traces (runs
+  captured separately, or no cross-host communication), a starved host that is also the
+  slowest is still named, unconfirmed.
+
+Everything here is a pure function of the per-host :class:`~traceinspect.analysis.analyze.
+Analysis` results; reading files and running the per-host work in parallel is
+:mod:`traceinspect.pod`'s job.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traceinspect.analysis.analyze import CAUSES, MATTERS, Analysis
+from traceinspect.errors import UsageError
+from traceinspect.trace import Trace
+
+# The straggler must wait at least this many times longer for input than any other host.
+DISTINCT = 2.0
+# The others' extra collective time must cover at least this share of its input wait.
+EXPLAINS = 0.5
+# ... and it must be the starved host in more than this share of the aligned steps.
+MAJORITY = 0.5
+
+_STEP_COLUMNS = ("wall_ns", "busy_ns", "collective_ns", "idle_ns")
+
+
+@dataclass(frozen=True, eq=False)
+class HostResult:
+    """One host's part of a multi-host analysis: its analysis, or why there is none."""
+
+    host: str
+    location: str
+    file_bytes: int
+    analysis: Analysis | None
+    error: str | None = None
+    seconds: float = 0.0  # reading and analysing this host's file
+
+    @property
+    def ok(self) -> bool:
+        return self.analysis is not None
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The host that starves the pod, and how sure the evidence makes us."""
+
+    host: str
+    starved_steps: int  # aligned steps in which this host waited longest for input
+    aligned_steps: int
+    input_wait_ms_per_step: float  # median, this host
+    others_input_wait_ms_per_step: float  # the largest median among the other hosts
+    collective_ms_per_step: float  # median, this host
+    others_collective_ms_per_step: float  # median over the other hosts
+    explained_fraction: float | None  # others' extra collective time / its input wait
+    confirmed: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, eq=False)
+class PodAnalysis:
+    """The result of :func:`analyze_pod`; ``to_dict()`` is what ``analyze --json`` prints
+    for a run with several hosts."""
+
+    path: str
+    run: str
+    results: tuple[HostResult, ...]
+    #: One row per host (index ``host``): verdict, step times, input and collective waits.
+    hosts: pd.DataFrame = field(repr=False)
+    #: One row per (step, host) for the steps all analysed hosts traced (ns columns).
+    steps: pd.DataFrame = field(repr=False)
+    #: One row per aligned step: slowest host, starved host, spread of step times.
+    per_step: pd.DataFrame = field(repr=False)
+    straggler: Straggler | None
+    verdict: str
+    summary: str
+    recommendations: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def analyses(self) -> dict[str, Analysis]:
+        """The per-host analyses that succeeded, by host name."""
+        return {r.host: r.analysis for r in self.results if r.analysis is not None}
+
+    def load_host(self, host: str, **load_kwargs: Any) -> Trace:
+        """One host's full frames (read again: the analysis keeps only compact results)."""
+        from traceinspect.trace import load
+
+        for r in self.results:
+            if r.host == host:
+                return load(r.location, **load_kwargs)
+        names = ", ".join(str(h) for h in self.hosts.index)
+        raise UsageError(f"no host named {host!r} in this run; hosts: {names}.")
+
+    def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
+        hosts = []
+        for r in self.results:
+            entry: dict[str, Any] = {"host": r.host, "location": r.location}
+            entry["file_bytes"] = r.file_bytes
+            entry["seconds"] = round(r.seconds, 3)
+            if r.analysis is None:
+                entry["error"] = r.error
+            else:
+                row = self.hosts.loc[r.host]
+                entry["role"] = str(row["role"])
+                entry["analysis"] = r.analysis.to_dict(max_gaps=max_gaps)
+            hosts.append(entry)
+        return {
+            "path": self.path,
+            "run": self.run,
+            "host_count": len(self.results),
+            "analysed_hosts": len(self.analyses),
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "straggler": None if self.straggler is None else self.straggler.to_dict(),
+            "recommendations": [dict(r) for r in self.recommendations],
+            "hosts_table": [
+                {"host": str(h), **{k: _jsonable(v) for k, v in row.items()}}
+                for h, row in self.hosts.iterrows()
+            ],
+            "steps": [
+                {k: _jsonable(v) for k, v in r.items()}
+                for r in self.per_step.to_dict(orient="records")
+            ],
+            "hosts": hosts,
+            "notes": list(self.notes),
+        }
+
+    def _repr_html_(self) -> str:
+        table = self.hosts.to_html(float_format=lambda v: f"{v:,.2f}")
+        return f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>" + table
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if np.isnan(value) else round(float(value), 4)
+    if value is pd.NA or value is None:
+        return None
+    return value if isinstance(value, (int, str, bool)) else str(value)
+
+
+def _median(values: pd.Series | np.ndarray) -> float:
+    arr = np.asarray(values, dtype=float)
+    return float(np.median(arr)) if len(arr) else 0.0
+
+
+def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
+    """Every host's per-step rows in one frame, ``host`` first."""
+    frames = []
+    for host, a in analyses.items():
+        ps = a.per_step
+        cols = {
+            "step": ps["step"].to_numpy(),
+            **{c: ps[c].to_numpy() for c in _STEP_COLUMNS if c in ps},
+            "input_wait_ns": ps["idle_input_ns"].to_numpy(),
+            **{f"idle_{c}_ns": ps[f"idle_{c}_ns"].to_numpy() for c in CAUSES if c != "input"},
+        }
+        frame = pd.DataFrame(cols)
+        frame.insert(0, "host", host)
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True)
+    if "collective_ns" not in out:
+        out["collective_ns"] = 0
+    out["collective_ns"] = out["collective_ns"].fillna(0).astype(np.int64)
+    return out
+
+
+def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
+    """(step, host) rows for the step numbers every host traced, and how many step
+    numbers were left out because some host did not trace them."""
+    long = _long_steps(analyses)
+    # A step number a host traced twice (restarted numbering) keeps its first occurrence.
+    long = long.drop_duplicates(subset=["host", "step"], keep="first")
+    counts = long.groupby("step")["host"].nunique()
+    common = counts.index[counts == len(analyses)]
+    left_out = int((counts < len(analyses)).sum())
+    aligned = long[long["step"].isin(common)].sort_values(["step", "host"], kind="stable")
+    return aligned.reset_index(drop=True), left_out
+
+
+def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
+    """Per aligned step: the slowest host, the fastest step time, and the starved host
+    (longest input wait, when it is at least 5% of the slowest step)."""
+    if aligned.empty:
+        return pd.DataFrame(
+            columns=[
+                "step",
+                "slowest_host",
+                "slowest_ms",
+                "fastest_ms",
+                "starved_host",
+                "starved_input_wait_ms",
+            ]
+        )
+    g = aligned.groupby("step", sort=True)
+    slow_idx = g["wall_ns"].idxmax()
+    starved_idx = g["input_wait_ns"].idxmax()
+    slowest_ns = aligned.loc[slow_idx, "wall_ns"].to_numpy()
+    starved_wait = aligned.loc[starved_idx, "input_wait_ns"].to_numpy()
+    starved_host = aligned.loc[starved_idx, "host"].to_numpy().astype(object)
+    starved_host[starved_wait < MATTERS * slowest_ns] = None
+    return pd.DataFrame(
+        {
+            "step": g["wall_ns"].max().index.to_numpy(),
+            "slowest_host": aligned.loc[slow_idx, "host"].to_numpy(),
+            "slowest_ms": slowest_ns / 1e6,
+            "fastest_ms": g["wall_ns"].min().to_numpy() / 1e6,
+            "starved_host": starved_host,
+            "starved_input_wait_ms": starved_wait / 1e6,
+        }
+    )
+
+
+def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler | None:
+    """The host that starves the others (see the module docstring), or None."""
+    hosts = sorted(aligned["host"].unique()) if len(aligned) else []
+    if len(hosts) < 2 or per_step.empty:
+        return None
+    starved = Counter(h for h in per_step["starved_host"] if h is not None)
+    if not starved:
+        return None
+    host, count = starved.most_common(1)[0]
+    n_steps = len(per_step)
+    by_host = aligned.groupby("host")
+    wait = by_host["input_wait_ns"].median()
+    wall = by_host["wall_ns"].median()
+    coll = by_host["collective_ns"].median()
+    others = [h for h in hosts if h != host]
+    own_wait = float(wait[host])
+    others_wait = float(wait[others].max())
+    if count <= MAJORITY * n_steps or own_wait < MATTERS * float(wall[host]):
+        return None
+    if own_wait < DISTINCT * others_wait:
+        return None  # several hosts starve alike: the pod is input-bound, not one host
+    own_coll = float(coll[host])
+    others_coll = _median(coll[others].to_numpy())
+    has_collectives = float(coll.max()) > 0
+    explained = (others_coll - own_coll) / own_wait if has_collectives else None
+    confirmed = explained is not None and explained >= EXPLAINS
+    slowest = wall.idxmax() == host and float(wall[host]) > (1 + MATTERS) * _median(
+        wall[others].to_numpy()
+    )
+    if not confirmed and not slowest and explained is not None:
+        # Starved, but the others do not wait for it and it is not slower: a host with
+        # a slow pipeline that still keeps its place (its device had slack).
+        return None
+    ms = 1e6
+    n_others = len(others)
+    if confirmed:
+        message = (
+            f"Host {host} starves the pod: its device waits {own_wait / ms:.2f} ms/step for "
+            f"input (the other {n_others} host(s) at most {others_wait / ms:.2f}), and the "
+            f"other hosts spend {(others_coll - own_coll) / ms:.2f} ms/step longer in "
+            "collectives than it does: they wait there for it."
+        )
+    elif explained is None:
+        message = (
+            f"Host {host} is the slowest and starved of input: its device waits "
+            f"{own_wait / ms:.2f} ms/step for input (the others at most "
+            f"{others_wait / ms:.2f}). The traces hold no collectives, so whether the "
+            "other hosts wait for it cannot be checked (were the runs captured separately?)."
+        )
+    else:
+        message = (
+            f"Host {host} is the slowest and starved of input ({own_wait / ms:.2f} ms/step "
+            f"against at most {others_wait / ms:.2f} on the others), but the other hosts' "
+            f"collectives are only {(others_coll - own_coll) / ms:.2f} ms/step longer than "
+            "its own, so its wait does not explain theirs."
+        )
+    return Straggler(
+        host=str(host),
+        starved_steps=int(count),
+        aligned_steps=n_steps,
+        input_wait_ms_per_step=round(own_wait / ms, 4),
+        others_input_wait_ms_per_step=round(others_wait / ms, 4),
+        collective_ms_per_step=round(own_coll / ms, 4),
+        others_collective_ms_per_step=round(others_coll / ms, 4),
+        explained_fraction=None if explained is None else round(explained, 4),
+        confirmed=confirmed,
+        message=message,
+    )
+
+
+def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.DataFrame:
+    """One row per host: what its own analysis says, beside its aligned-step medians."""
+    rows = []
+    by_host = aligned.groupby("host") if len(aligned) else None
+    for r in results:
+        a = r.analysis
+        row: dict[str, Any] = {"host": r.host, "file_mb": r.file_bytes / 1e6}
+        if a is None:
+            row.update(verdict="error", error=r.error)
+            rows.append(row)
+            continue
+        workers = next(
+            (x for x in a.recommendations if x.get("kind") == "grain_worker_count"), None
+        )
+        row.update(
+            verdict=a.verdict,
+            steps=a.steps.count,
+            median_step_ms=a.steps.median_ms,
+            p90_step_ms=a.steps.p90_ms,
+            busy_ms_per_step=a.device_busy_ms_per_step,
+            collective_ms_per_step=a.collective_ms_per_step,
+            input_work_ms_per_step=a.input_ms_per_step,
+            input_wait_ms_per_step=np.nan,
+            idle_fraction=a.idle_fraction,
+            grain_workers=None if workers is None else workers.get("value"),
+            error=None,
+        )
+        if by_host is not None and r.host in by_host.groups:
+            mine = by_host.get_group(r.host)
+            row["input_wait_ms_per_step"] = _median(mine["input_wait_ns"]) / 1e6
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("host")
+    table["role"] = ""
+    return table
+
+
+def analyze_pod(
+    results: list[HostResult] | tuple[HostResult, ...], path: str, run: str
+) -> PodAnalysis:
+    """Combine per-host results into the pod view. Hosts whose file could not be read or
+    analysed are listed with their error; the rest are analysed together."""
+    results = tuple(results)
+    analyses = {r.host: r.analysis for r in results if r.analysis is not None}
+    notes: list[str] = []
+    failed = [r for r in results if r.analysis is None]
+    if failed:
+        notes.append(
+            f"{len(failed)} of {len(results)} host(s) could not be analysed and are left "
+            f"out: " + "; ".join(f"{r.host}: {r.error}" for r in failed[:5])
+        )
+    aligned, left_out = (
+        align_steps(analyses) if analyses else (pd.DataFrame(columns=["step", "host"]), 0)
+    )
+    if left_out:
+        notes.append(
+            f"{left_out} step number(s) traced by only some hosts are left out of the "
+            "cross-host comparison (the hosts' traces cover different windows)."
+        )
+    if len(analyses) > 1 and aligned.empty:
+        notes.append(
+            "No step number was traced by every host, so steps cannot be aligned across "
+            "hosts; capture the same steps on every host (traceinspect capture --skip-steps "
+            "N --steps M with StepTraceAnnotation step numbers)."
+        )
+    steps_table = per_step_table(aligned)
+    straggler = find_straggler(aligned, steps_table)
+    table = host_table(results, aligned)
+    if straggler is not None:
+        table.loc[straggler.host, "role"] = "straggler"
+        if straggler.confirmed:
+            for h in table.index:
+                if h != straggler.host and table.loc[h, "verdict"] != "error":
+                    table.loc[h, "role"] = f"waits for {straggler.host}"
+    verdict, summary = _pod_verdict(analyses, straggler, table)
+    recs = _recommendations(analyses, straggler)
+    return PodAnalysis(
+        path=path,
+        run=run,
+        results=results,
+        hosts=table,
+        steps=aligned,
+        per_step=steps_table,
+        straggler=straggler,
+        verdict=verdict,
+        summary=summary,
+        recommendations=recs,
+        notes=tuple(notes),
+    )
+
+
+def _pod_verdict(
+    analyses: dict[str, Analysis], straggler: Straggler | None, table: pd.DataFrame
+) -> tuple[str, str]:
+    if straggler is not None and straggler.confirmed:
+        return "straggler", straggler.message
+    if not analyses:
+        return "error", "No host could be analysed."
+    counts = Counter(a.verdict for a in analyses.values())
+    common, n = counts.most_common(1)[0]
+    if straggler is not None:
+        return "straggler", straggler.message
+    step_ms = table["median_step_ms"].astype(float)
+    slowest = str(step_ms.idxmax())
+    if n == len(analyses):
+        return common, (
+            f"All {n} hosts are {common}; the slowest, {slowest}, takes "
+            f"{step_ms[slowest]:.2f} ms/step (median). "
+            f"{analyses[slowest].summary}"
+        )
+    spread = ", ".join(f"{v}: {c}" for v, c in counts.most_common())
+    verdict = analyses[slowest].verdict
+    return verdict, (
+        f"Hosts disagree ({spread}); the slowest host, {slowest}, is {verdict}: "
+        f"{analyses[slowest].summary}"
+    )
+
+
+def _recommendations(
+    analyses: dict[str, Analysis], straggler: Straggler | None
+) -> tuple[dict[str, Any], ...]:
+    """What to do, pod-wide: the straggler's own fixes first, and one worker count for
+    every host (they run the same pipeline, each on its shard)."""
+    recs: list[dict[str, Any]] = []
+    if straggler is not None:
+        recs.append(
+            {
+                "kind": "fix_straggler",
+                "host": straggler.host,
+                "message": (
+                    f"Look at {straggler.host} first: every host loads its own shard "
+                    "(global batch / process count), so one slow pipeline sets the pace of "
+                    "the pod. Compare its data shard, disk or network reads and CPU load "
+                    "with the other hosts'."
+                ),
+            }
+        )
+        own = analyses.get(straggler.host)
+        if own is not None:
+            recs.extend(
+                {**r, "host": straggler.host}
+                for r in own.recommendations
+                if r.get("kind") not in ("device_bound", "grain_worker_count")
+            )
+    workers = {
+        h: r
+        for h, a in analyses.items()
+        for r in a.recommendations
+        if r.get("kind") == "grain_worker_count"
+    }
+    if workers:
+        need = max(workers, key=lambda h: int(workers[h]["value"]))
+        value = int(workers[need]["value"])
+        currents = {r.get("current") for r in workers.values()}
+        current = currents.pop() if len(currents) == 1 else None
+        if current is not None and value <= int(current):
+            message = f"Keep grain_worker_count at {current} on every host."
+        else:
+            message = (
+                f"Set grain_worker_count to {value} on every host: {need} needs it; "
+                f"{workers[need]['reason']}."
+            )
+        recs.append(
+            {
+                "kind": "grain_worker_count",
+                "value": value,
+                "current": current,
+                "host": need,
+                "per_host": {h: int(r["value"]) for h, r in workers.items()},
+                "message": message,
+            }
+        )
+    return tuple(recs)

@@ -1,0 +1,162 @@
+"""Analyse a multi-host run: every host's file on its own (in parallel), then the pod view.
+
+>>> import traceinspect
+>>> pod = traceinspect.analyze_run("gs://bucket/run/tensorboard", jobs=8)
+>>> pod.straggler
+>>> pod.hosts            # one row per host
+>>> pod.steps            # (step, host) rows for the steps every host traced
+
+The per-host work (read the file, analyse it, keep the compact result) runs in this
+process, a local process pool (``jobs``, default: every usable core, capped by memory) or
+a Dask cluster (``scheduler``). Only the workers hold a host's frames, one host at a
+time; what comes back is the analysis with its longest gaps. :meth:`load_host` reads one
+host's full frames on demand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from traceinspect.analysis.pod import HostResult, PodAnalysis, analyze_pod
+from traceinspect.errors import TraceInspectError, UsageError
+from traceinspect.pod._engines import (
+    DaskEngine,
+    Engine,
+    ProcessEngine,
+    SerialEngine,
+    default_jobs,
+    make_engine,
+)
+from traceinspect.xplane.locate import HostFile, Located, file_size, locate
+
+__all__ = [
+    "DaskEngine",
+    "Engine",
+    "HostResult",
+    "PodAnalysis",
+    "ProcessEngine",
+    "SerialEngine",
+    "analyze_host",
+    "analyze_run",
+    "default_jobs",
+    "host_files",
+    "make_engine",
+]
+
+#: ``progress(hosts_done, hosts_total, result)``, called as each host finishes.
+HostProgress = Callable[[int, int, HostResult], object]
+
+# Gaps kept per host in the results (with their evidence): the rest stay in the worker.
+KEPT_GAPS = 50
+
+
+@dataclass(frozen=True)
+class HostTask:
+    """What a worker needs to analyse one host: picklable, no open files."""
+
+    host: str
+    location: str
+    size: int
+    decoder: str | None = None
+    use_cache: bool = True
+
+
+def analyze_host(task: HostTask) -> HostResult:
+    """Read and analyse one host's file; failures come back as the result's ``error``
+    (one bad host out of 64 should not hide the other 63)."""
+    from traceinspect.analysis.analyze import analyze
+    from traceinspect.trace import load
+
+    started = time.perf_counter()
+    try:
+        trace = load(task.location, decoder=task.decoder, use_cache=task.use_cache)  # type: ignore[arg-type]
+        analysis = analyze(trace)
+    except TraceInspectError as exc:
+        return HostResult(
+            host=task.host,
+            location=task.location,
+            file_bytes=task.size,
+            analysis=None,
+            error=str(exc),
+            seconds=time.perf_counter() - started,
+        )
+    gaps = analysis.gaps
+    if len(gaps) > KEPT_GAPS:
+        gaps = gaps.loc[gaps["duration_ns"].nlargest(KEPT_GAPS).index].sort_index()
+    return HostResult(
+        host=task.host,
+        location=task.location,
+        file_bytes=task.size,
+        analysis=replace(analysis, gaps=gaps),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def host_files(located: Located, hosts: Sequence[str] | None = None) -> tuple[HostFile, ...]:
+    """The run's host files, or the named ones (an unknown name is an error listing the
+    hosts there are)."""
+    files = located.run.files
+    if not hosts:
+        return files
+    by_name = {f.host: f for f in files}
+    unknown = [h for h in hosts if h not in by_name]
+    if unknown:
+        shown = ", ".join(sorted(by_name)[:20])
+        raise UsageError(
+            f"{located.requested}: no host named {unknown[0]!r} in run {located.run.name}; "
+            f"hosts: {shown}."
+        )
+    return tuple(by_name[h] for h in hosts)
+
+
+def analyze_run(
+    path: str | Any,
+    *,
+    run: str | None = None,
+    hosts: Sequence[str] | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    engine: Engine | None = None,
+    decoder: str | None = None,
+    use_cache: bool = True,
+    progress: HostProgress | None = None,
+) -> PodAnalysis:
+    """Analyse every host of a run (a run directory or log directory, local or an fsspec
+    URL) and compare them.
+
+    ``jobs``: local worker processes (default: every usable core, no more than memory
+    allows for the largest files). ``scheduler``: the address of a Dask scheduler to run
+    the per-host work on instead (``"local"`` starts a local Dask cluster).
+    """
+    located = locate(path, run)
+    files = host_files(located, hosts)
+    sizes = [file_size(f) for f in files]
+    tasks = [
+        HostTask(f.host, f.location, size, decoder, use_cache)
+        for f, size in zip(files, sizes, strict=True)
+    ]
+    chosen = engine or make_engine(jobs, scheduler, sizes)
+    results: list[HostResult | None] = [None] * len(tasks)
+    finished_in_order = chosen.map_unordered(analyze_host, tasks)
+    for done, (index, result) in enumerate(finished_in_order, start=1):
+        results[index] = result
+        if progress is not None:
+            progress(done, len(tasks), result)
+    finished = tuple(r for r in results if r is not None)
+    if not any(r.ok for r in finished):
+        first = finished[0].error if finished else "no host files"
+        raise _all_failed(located, len(finished), first)
+    return analyze_pod(finished, path=str(located.requested), run=located.run.name)
+
+
+def _all_failed(located: Located, n: int, first: str | None) -> TraceInspectError:
+    from traceinspect.errors import AnalysisError
+
+    if n == 1:
+        return AnalysisError(first or f"{located.requested}: the host could not be analysed.")
+    return AnalysisError(
+        f"{located.requested}: none of the {n} hosts could be analysed; the first says: {first}"
+    )
