@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from traceinspect.cli._options import TraceRequest, json_option, trace_input
+from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
     from traceinspect.analysis.analyze import Analysis
+    from traceinspect.analysis.pod import HostResult
     from traceinspect.trace import Trace
+    from traceinspect.xplane.locate import Located
 
 
 @click.command()
@@ -39,6 +44,26 @@ if TYPE_CHECKING:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write one self-contained HTML page: verdict, numbers, what to do, gaps and plots.",
 )
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Multi-host runs: analyse only this host (repeat for several).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=int,
+    default=None,
+    help="Multi-host runs: local worker processes [default: every usable core, capped by memory].",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Multi-host runs: analyse the hosts on this Dask scheduler (tcp://host:8786), or "
+    "'local' for a local Dask cluster; needs traceinspect[distributed].",
+)
 def analyze(
     request: TraceRequest,
     as_json: bool,
@@ -46,6 +71,9 @@ def analyze(
     all_gaps: bool,
     plots_dir: Path | None,
     html_file: Path | None,
+    hosts: tuple[str, ...],
+    jobs: int | None,
+    scheduler: str | None,
 ) -> None:
     """Find every idle gap of the device and say why it happened.
 
@@ -53,16 +81,36 @@ def analyze(
     sync (the loop read a device value, so the next step was prepared too late), compile,
     other host work, or unknown; the verdict names the cause that costs most.
 
+    A run with one trace file per host is analysed host by host, in parallel, then
+    across hosts: steps aligned by step number, the slowest host per step, and the
+    straggler, the host whose input wait makes the others wait in their collectives.
+
     \b
     Examples:
       traceinspect analyze sample_traces/cpu_mlp_sync_every_step.xplane.pb
       traceinspect analyze ./traceinspect_logs --json
       traceinspect analyze ./traceinspect_logs --plots plots/ --html report.html
+      traceinspect analyze sample_traces/pod/straggler --jobs 2
+      traceinspect analyze gs://bucket/run/tensorboard --scheduler tcp://10.0.0.2:8786
     """
     from traceinspect.analysis.analyze import analyze as run_analysis
     from traceinspect.report.analyze import render_analysis
+    from traceinspect.xplane.locate import locate
 
-    trace = request.load()
+    located = locate(request.path, request.run)
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs}).")
+    if len(hosts) == 1 or (not hosts and len(located.run.files) == 1):
+        # One host: the single-trace analysis (of that host's file).
+        if hosts:
+            from traceinspect.pod import host_files
+
+            (one,) = host_files(located, hosts)
+            request = replace(request, path=one.path, run=None)
+        trace = request.load()
+    else:
+        _analyze_pod(request, located, hosts, jobs, scheduler, as_json, plots_dir, html_file)
+        return
     result = run_analysis(trace)
     if as_json:
         click.echo(json.dumps(result.to_dict(max_gaps=None if all_gaps else 50), indent=2))
@@ -88,5 +136,71 @@ def _write_reports(
         html_file.write_text(render_html(trace, result, figures=figures), encoding="utf-8")
         written.append(html_file)
     if not quiet:
+        for path in written:
+            click.echo(f"Wrote {path}", err=True)
+
+
+def _analyze_pod(
+    request: TraceRequest,
+    located: Located,
+    hosts: tuple[str, ...],
+    jobs: int | None,
+    scheduler: str | None,
+    as_json: bool,
+    plots_dir: Path | None,
+    html_file: Path | None,
+) -> None:
+    """Several hosts: per-host analyses on the chosen engine, then the pod view."""
+    from traceinspect.pod import analyze_run
+    from traceinspect.report.pod import render_pod
+
+    show = not request.quiet and sys.stderr.isatty()
+
+    def progress(done: int, total: int, result: HostResult) -> None:
+        if show:
+            status = "failed" if result.error else f"{result.seconds:.1f} s"
+            sys.stderr.write(f"\r\033[KAnalysed {done}/{total} hosts ({result.host}: {status})")
+            sys.stderr.flush()
+
+    try:
+        pod = analyze_run(
+            request.path,
+            run=request.run,
+            hosts=hosts or None,
+            jobs=jobs,
+            scheduler=scheduler,
+            decoder=request.decoder,
+            use_cache=not request.no_cache,
+            progress=progress,
+        )
+    finally:
+        if show:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+    if located.chose_newest and not request.quiet:
+        click.echo(
+            f"Note: {len(located.all_runs)} runs in {request.path}; reading the newest, "
+            f"{located.run.name} (--run NAME for another).",
+            err=True,
+        )
+    if as_json:
+        click.echo(json.dumps(pod.to_dict(), indent=2))
+    else:
+        click.echo(render_pod(pod))
+    if plots_dir is None and html_file is None:
+        return
+    from traceinspect.report.html import render_pod_html
+    from traceinspect.report.plots import save_figures
+    from traceinspect.report.pod_plots import pod_figures
+
+    figures = pod_figures(pod)
+    written: list[Path] = []
+    if plots_dir is not None:
+        written += save_figures(figures, plots_dir)
+    if html_file is not None:
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(render_pod_html(pod, figures=figures), encoding="utf-8")
+        written.append(html_file)
+    if not request.quiet:
         for path in written:
             click.echo(f"Wrote {path}", err=True)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
 
 from traceinspect.analysis.analyze import CAUSES, Analysis, band
+from traceinspect.analysis.pod import PodAnalysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,
@@ -109,11 +112,12 @@ def _gaps(a: Analysis, top: int) -> str:
     )
 
 
-def _figures(figures: Mapping[str, Figure]) -> str:
+def _figures(figures: Mapping[str, Figure], captions: Mapping[str, str] | None = None) -> str:
+    captions = FIGURE_CAPTIONS if captions is None else captions
     out = []
     for name, fig in figures.items():
         data = base64.b64encode(figure_png(fig)).decode("ascii")
-        caption = FIGURE_CAPTIONS.get(name, name.replace("_", " "))
+        caption = captions.get(name, name.replace("_", " "))
         out.append(
             f'<figure><img src="data:image/png;base64,{data}" alt="{escape(name)}">'
             f"<figcaption>{escape(caption)}</figcaption></figure>"
@@ -151,5 +155,70 @@ def render_html(
         f"<h2>Numbers</h2>{_numbers(a)}"
         f"<h2>Plots</h2>{_figures(figures)}"
         f"<h2>Longest gaps</h2>{_gaps(a, top_gaps)}"
+        "</body></html>\n"
+    )
+
+
+POD_FIGURE_CAPTIONS = {
+    "hosts": (
+        "Each host's median step: device compute (grey), time inside collectives (hatched "
+        "grey: the device waits there for the other hosts) and idle time by cause."
+    ),
+    "host_steps": (
+        "Step time of every host, step by step; the straggler's device idle time waiting "
+        "for input as bars."
+    ),
+}
+
+
+def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = None) -> str:
+    """The page for ``analyze --html`` on a run with several hosts."""
+    from traceinspect.report.pod_plots import pod_figures
+
+    if figures is None:
+        figures = pod_figures(pod)
+    recs = "".join(
+        f"<li>{escape(str(r.get('message', r['kind'])))}</li>" for r in pod.recommendations
+    )
+    notes = "".join(f'<p class="note">Note: {escape(n)}</p>' for n in pod.notes)
+    columns = [
+        ("verdict", "verdict", None),
+        ("median_step_ms", "step ms", ",.2f"),
+        ("p90_step_ms", "p90 ms", ",.2f"),
+        ("busy_ms_per_step", "busy ms", ",.2f"),
+        ("collective_ms_per_step", "in collectives ms", ",.2f"),
+        ("input_wait_ms_per_step", "input wait ms", ",.2f"),
+        ("role", "role", None),
+    ]
+    head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in columns)
+    rows = []
+    for host, row in pod.hosts.iterrows():
+        cells = []
+        for key, _, fmt in columns:
+            value: Any = row.get(key)
+            missing = value is None or pd.isna(value)
+            if fmt is None or missing:
+                text = "" if missing else str(value)
+                if key == "verdict" and value == "error":
+                    text = f"error: {row.get('error')}"
+                cells.append(f"<td>{escape(text)}</td>")
+            else:
+                cells.append(f'<td class="num">{format(float(value), fmt)}</td>')
+        rows.append(f"<tr><td>{escape(str(host))}</td>{''.join(cells)}</tr>")
+    table = f"<table><tr><th>host</th>{head}</tr>{''.join(rows)}</table>"
+    captions = {**FIGURE_CAPTIONS, **POD_FIGURE_CAPTIONS}
+    title = f"traceinspect: {pod.verdict} ({pod.run})"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{escape(pod.verdict)}: {len(pod.results)} hosts</h1>"
+        f'<p class="path">{escape(pod.path)}</p>'
+        f'<p class="verdict"><b>{escape(pod.verdict)}</b>: {escape(pod.summary)}</p>'
+        f"{notes}"
+        f"<h2>What to do</h2><ul>{recs or '<li>Nothing to change.</li>'}</ul>"
+        f"<h2>Hosts (per step, median)</h2>{table}"
+        f"<h2>Plots</h2>{_figures(figures, captions)}"
         "</body></html>\n"
     )
