@@ -364,3 +364,50 @@ def test_names_that_only_look_like_collectives_are_not() -> None:
         assert COLLECTIVE.search(name), name
     for name in ("fusion.all", "reduce.4", "my-all-reducer", "gather.2", "all-reduce_fusion"):
         assert not COLLECTIVE.search(name), name
+
+
+POD_SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "pod"
+
+
+def test_real_cpu_pod_names_the_slowed_host() -> None:
+    """Four jax.distributed processes (gloo all-reduce), host2's input made slow on purpose
+    (sample_traces/pod/MEASUREMENTS.md): the other three wait for it in the all-reduce."""
+    pod = analyze_run(POD_SAMPLES / "straggler", jobs=2)
+    s = pod.straggler
+    assert s is not None and s.host == "host2" and s.confirmed
+    assert s.starved_steps == s.aligned_steps == 12
+    assert s.input_wait_ms_per_step > 20 and s.others_input_wait_ms_per_step < 1
+    assert s.others_collective_ms_per_step - s.collective_ms_per_step > 0.5 * (
+        s.input_wait_ms_per_step
+    )
+    assert pod.hosts.loc["host2", "verdict"] == "input-bound"
+    assert (pod.hosts.drop(index="host2")["role"] == "waits for host2").all()
+    # Each host's sidecar (capture --run-name) is its own.
+    assert all(r.analysis is not None for r in pod.results)
+
+
+def test_real_cpu_pod_without_a_slow_host_has_no_straggler() -> None:
+    pod = analyze_run(POD_SAMPLES / "balanced", jobs=1)
+    assert pod.straggler is None and pod.verdict != "straggler"
+    assert len(pod.per_step) == 12
+
+
+def test_pod_behind_a_url(tmp_path: Path) -> None:
+    """The same analysis through fsspec: file:// on a process pool (workers open the URL
+    themselves), memory:// in process."""
+    fsspec = pytest.importorskip("fsspec")
+    root = straggler_run(tmp_path)
+    local = analyze_run(root, jobs=1)
+    url = analyze_run(root.as_uri(), jobs=2)
+    assert url.straggler == local.straggler
+    assert url.results[0].location.startswith("file://")
+    mem = fsspec.filesystem("memory")
+    run = next((root / "plugins" / "profile").iterdir())
+    for f in run.iterdir():
+        mem.pipe(f"/pod/plugins/profile/{run.name}/{f.name}", f.read_bytes())
+    try:
+        remote = analyze_run("memory://pod", jobs=1)
+        assert remote.straggler == local.straggler
+        assert remote.path == "memory://pod"
+    finally:
+        mem.rm("/pod", recursive=True)

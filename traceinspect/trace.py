@@ -18,7 +18,7 @@ from traceinspect.errors import EmptyTraceError, UsageError
 from traceinspect.xplane import cache, fs
 from traceinspect.xplane.frames import Frames, build_frames
 from traceinspect.xplane.fs import Location, URLPath
-from traceinspect.xplane.locate import CAPTURE_SIDECAR, Located, locate
+from traceinspect.xplane.locate import CAPTURE_SIDECAR, Located, host_sidecar_name, locate
 from traceinspect.xplane.raw import Raw, event_count
 from traceinspect.xplane.reader import DecoderName, decode_file, resolve_decoder
 
@@ -365,9 +365,20 @@ def load(
 
 def _sidecar(located: Located) -> dict[str, Any] | None:
     """The capture sidecar of the run, if any; an unreadable one is ignored (it only adds
-    facts the trace lacks, such as per-step host times and Grain settings)."""
-    try:
-        data = json.loads(fs.read_text(located.run.path / CAPTURE_SIDECAR))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    facts the trace lacks, such as per-step host times and Grain settings).
+
+    Hosts that share a run directory (``capture --run-name``) each write
+    ``<host>.traceinspect.capture.json``: a host's own comes first, then the run's.
+    """
+    hosts = [f.host for f in located.run.files]
+    names = [host_sidecar_name(hosts[0]), CAPTURE_SIDECAR]
+    if len(hosts) > 1:
+        names.reverse()  # several hosts merged: the run's own sidecar, else the first host's
+    for name in names:
+        try:
+            data = json.loads(fs.read_text(located.run.path / name))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None

@@ -47,6 +47,8 @@ DISTINCT = 2.0
 EXPLAINS = 0.5
 # ... and it must be the starved host in more than this share of the aligned steps.
 MAJORITY = 0.5
+# Collectives taking this share of device busy time are worth a note.
+COLLECTIVE_HEAVY = 0.5
 
 _STEP_COLUMNS = ("wall_ns", "busy_ns", "collective_ns", "idle_ns")
 
@@ -247,7 +249,7 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
     hosts = sorted(aligned["host"].unique()) if len(aligned) else []
     if len(hosts) < 2 or per_step.empty:
         return None
-    starved = Counter(h for h in per_step["starved_host"] if h is not None)
+    starved = Counter(str(h) for h in per_step["starved_host"] if pd.notna(h))
     if not starved:
         return None
     host, count = starved.most_common(1)[0]
@@ -385,6 +387,15 @@ def analyze_pod(
             for h in table.index:
                 if h != straggler.host and table.loc[h, "verdict"] != "error":
                     table.loc[h, "role"] = f"waits for {straggler.host}"
+    if straggler is None and len(analyses) > 1:
+        ok = table[table["verdict"] != "error"]
+        share = ok["collective_ms_per_step"] / ok["busy_ms_per_step"].where(lambda v: v > 0)
+        if len(share.dropna()) and float(share.median()) >= COLLECTIVE_HEAVY:
+            notes.append(
+                f"The devices spend {float(share.median()):.0%} of their busy time inside "
+                "collectives (median over hosts) and no single host explains it: hosts wait "
+                "for each other in turn (jitter), or the step is communication-bound."
+            )
     verdict, summary = _pod_verdict(analyses, straggler, table)
     recs = _recommendations(analyses, straggler)
     return PodAnalysis(
@@ -455,6 +466,16 @@ def _recommendations(
                 for r in own.recommendations
                 if r.get("kind") not in ("device_bound", "grain_worker_count")
             )
+    else:
+        # No straggler: what the hosts' own analyses advise, most common first.
+        by_kind: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        for h, a in analyses.items():
+            for r in a.recommendations:
+                if r.get("kind") != "grain_worker_count":
+                    by_kind.setdefault(str(r["kind"]), (r, []))[1].append(h)
+        for rec, on in sorted(by_kind.values(), key=lambda item: -len(item[1])):
+            where = "every host" if len(on) == len(analyses) else ", ".join(sorted(on))
+            recs.append({**rec, "hosts": sorted(on), "message": f"({where}) {rec['message']}"})
     workers = {
         h: r
         for h, a in analyses.items()

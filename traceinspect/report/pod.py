@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from traceinspect.analysis.pod import PodAnalysis
 
 # Recommendations that already name their host in the message.
@@ -49,7 +51,7 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
         for r in shown.itertuples():
             starved = (
                 f"starved: {r.starved_host} ({r.starved_input_wait_ms:,.2f} ms input wait)"
-                if r.starved_host is not None
+                if pd.notna(r.starved_host)
                 else "no host waited for input"
             )
             out.append(

@@ -22,6 +22,13 @@ from traceinspect.xplane.fs import Location, Stat, URLPath
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # What `traceinspect capture` writes beside the traces of a run (see traceinspect.capture).
 CAPTURE_SIDECAR = "traceinspect.capture.json"
+
+
+def host_sidecar_name(host: str) -> str:
+    """The sidecar of one host in a run directory shared by several (``--run-name``)."""
+    return f"{host}.{CAPTURE_SIDECAR}"
+
+
 PROFILE_DIR = ("plugins", "profile")
 
 
