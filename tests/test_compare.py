@@ -204,3 +204,13 @@ def test_cli_error_names_the_trace(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["compare", good, str(idle)])
     assert result.exit_code == 2
     assert "idle.xplane.pb: no device activity found" in result.output
+
+def test_cli_compare_accepts_urls() -> None:
+    """BEFORE and AFTER may be fsspec URLs (a remote log directory), read unmangled."""
+    pytest.importorskip("fsspec")
+    before = (SCENARIOS / "sync_bound" / "vm.xplane.pb").as_uri()
+    after = (SCENARIOS / "healthy" / "vm.xplane.pb").as_uri()
+    result = CliRunner().invoke(main, ["compare", before, after, "--json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.output)
+    assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (22.2902, 10.7223)

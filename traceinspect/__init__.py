@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from traceinspect import schema
     from traceinspect.analysis.analyze import Analysis, analyze
     from traceinspect.analysis.compare import Comparison, compare
+    from traceinspect.analysis.pod import PodAnalysis
+    from traceinspect.pod import analyze_run
     from traceinspect.report.html import render_html
     from traceinspect.report.plots import (
         analysis_figures,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
         plot_step_breakdown,
         plot_timeline,
     )
+    from traceinspect.report.pod_plots import plot_host_steps, plot_hosts
     from traceinspect.sweep import SweepResult, run_sweep
     from traceinspect.trace import LoadInfo, Trace, load, typed_values
 
@@ -44,6 +47,10 @@ _LAZY = {
     "analyze": ("traceinspect.analysis.analyze", "analyze"),
     "Comparison": ("traceinspect.analysis.compare", "Comparison"),
     "compare": ("traceinspect.analysis.compare", "compare"),
+    "PodAnalysis": ("traceinspect.analysis.pod", "PodAnalysis"),
+    "analyze_run": ("traceinspect.pod", "analyze_run"),
+    "plot_hosts": ("traceinspect.report.pod_plots", "plot_hosts"),
+    "plot_host_steps": ("traceinspect.report.pod_plots", "plot_host_steps"),
     "analysis_figures": ("traceinspect.report.plots", "analysis_figures"),
     "plot_gap_distribution": ("traceinspect.report.plots", "plot_gap_distribution"),
     "plot_step_breakdown": ("traceinspect.report.plots", "plot_step_breakdown"),
@@ -76,6 +83,7 @@ __all__ = [
     "Comparison",
     "EmptyTraceError",
     "LoadInfo",
+    "PodAnalysis",
     "SweepResult",
     "Trace",
     "TraceDecodeError",
@@ -85,9 +93,12 @@ __all__ = [
     "__version__",
     "analysis_figures",
     "analyze",
+    "analyze_run",
     "compare",
     "load",
     "plot_gap_distribution",
+    "plot_host_steps",
+    "plot_hosts",
     "plot_step_breakdown",
     "plot_timeline",
     "render_html",

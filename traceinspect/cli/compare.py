@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -11,8 +10,8 @@ from traceinspect.cli._options import TraceRequest, json_option
 
 
 @click.command()
-@click.argument("before", type=click.Path(path_type=Path))
-@click.argument("after", type=click.Path(path_type=Path))
+@click.argument("before")
+@click.argument("after")
 @click.option(
     "--run-before",
     metavar="NAME",
@@ -27,8 +26,8 @@ from traceinspect.cli._options import TraceRequest, json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or notes on stderr.")
 @json_option
 def compare(
-    before: Path,
-    after: Path,
+    before: str,
+    after: str,
     run_before: str | None,
     run_after: str | None,
     no_cache: bool,
@@ -50,9 +49,10 @@ def compare(
     from traceinspect.analysis.analyze import analyze
     from traceinspect.analysis.compare import compare as run_compare
     from traceinspect.report.compare import render_comparison
+    from traceinspect.xplane.fs import to_location
 
     analyses = [
-        analyze(TraceRequest(path, run, no_cache, "auto", quiet).load())
+        analyze(TraceRequest(to_location(path), run, no_cache, "auto", quiet).load())
         for path, run in ((before, run_before), (after, run_after))
     ]
     result = run_compare(*analyses)
