@@ -411,3 +411,14 @@ def test_pod_behind_a_url(tmp_path: Path) -> None:
         assert remote.path == "memory://pod"
     finally:
         mem.rm("/pod", recursive=True)
+
+
+def test_readme_shows_the_real_pod_output() -> None:
+    """The README's multi-host example is what the command prints on the bundled pod."""
+    readme = (POD_SAMPLES.parents[1] / "README.md").read_text()
+    block = readme.split("$ traceinspect analyze sample_traces/pod/straggler\n", 1)[1]
+    shown = [line for line in block.split("```", 1)[0].splitlines() if line != "..."]
+    out = CliRunner().invoke(main, ["analyze", str(POD_SAMPLES / "straggler"), "-j", "1"])
+    printed = out.output.splitlines()
+    for line in shown[:10]:
+        assert line in printed, line
