@@ -422,3 +422,9 @@ def test_readme_shows_the_real_pod_output() -> None:
     printed = out.output.splitlines()
     for line in shown[:10]:
         assert line in printed, line
+
+
+def test_analysing_merged_hosts_says_to_analyse_per_host(tmp_path: Path) -> None:
+    trace = traceinspect.load(straggler_run(tmp_path))
+    a = traceinspect.analyze(trace)
+    assert any("merges 4 hosts" in n and "analyze_run()" in n for n in a.notes)

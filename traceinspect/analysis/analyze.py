@@ -394,6 +394,12 @@ def analyze(trace: Trace) -> Analysis:
         )
     if steps.dropped:
         notes.append(f"{steps.dropped} partial step(s) at the edges of the trace left out.")
+    if len(trace.hosts) > 1:
+        notes.append(
+            f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "
+            "differ); traceinspect.analyze_run() analyses each host and compares them, as "
+            "`traceinspect analyze` does for a run directory."
+        )
     analysis_kwargs: dict[str, Any] = {
         "path": str(trace.path),
         "backend": activity.backend.kind,
