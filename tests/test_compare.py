@@ -205,6 +205,7 @@ def test_cli_error_names_the_trace(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "idle.xplane.pb: no device activity found" in result.output
 
+
 def test_cli_compare_accepts_urls() -> None:
     """BEFORE and AFTER may be fsspec URLs (a remote log directory), read unmangled."""
     pytest.importorskip("fsspec")
