@@ -17,6 +17,7 @@ LAST_OUTPUT = {
     "01_tour.ipynb": ("Verdict: sync-bound", "- Stop reading a device value every step"),
     "02_digging_in.ipynb": ("Step time fell 52%", "verdict sync-bound -> device-bound"),
     "03_sweep.ipynb": ("* 2 workers: the best median step time",),
+    "04_pod.ipynb": ("Straggler: host2 (confirmed: True)", "- Look at host2 first"),
 }
 
 
