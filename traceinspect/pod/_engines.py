@@ -137,7 +137,7 @@ class DaskEngine:
                     n_workers=self.jobs or usable_cpus(),
                     threads_per_worker=1,
                     processes=True,
-                    dashboard_address=None,
+                    dashboard_address=":0",  # any free port: never clash with a running cluster
                 )
                 client = dd.Client(cluster)
             else:
