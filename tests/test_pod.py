@@ -428,3 +428,20 @@ def test_analysing_merged_hosts_says_to_analyse_per_host(tmp_path: Path) -> None
     trace = traceinspect.load(straggler_run(tmp_path))
     a = traceinspect.analyze(trace)
     assert any("merges 4 hosts" in n and "analyze_run()" in n for n in a.notes)
+
+
+def test_process_pool_from_a_threaded_caller(tmp_path: Path) -> None:
+    """A caller with threads running (a notebook with jax loaded) gets forkserver workers:
+    same results, no fork of a threaded process."""
+    import threading
+
+    root = straggler_run(tmp_path)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        pod = analyze_run(root, engine=ProcessEngine(2))
+    finally:
+        stop.set()
+        thread.join()
+    assert pod.straggler is not None and pod.straggler.host == "h2"

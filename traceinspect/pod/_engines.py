@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import importlib
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,9 +95,15 @@ class ProcessEngine:
     name: str = "processes"
 
     def map_unordered(self, func: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
-        # "spawn" would re-import pandas in every worker (~1 s each); fork is safe here
-        # because the analysis starts no threads before the pool.
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        # "spawn" would re-import pandas in every worker (~1 s each). Fork is safe while
+        # this process runs one thread (the CLI); a caller with threads of its own (a
+        # notebook that imported jax) gets forkserver, which never forks a threaded process.
+        methods = multiprocessing.get_all_start_methods()
+        method = None
+        if "fork" in methods and threading.active_count() == 1:
+            method = "fork"
+        elif "forkserver" in methods:
+            method = "forkserver"
         context = multiprocessing.get_context(method)
         with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=context) as pool:
             futures = {pool.submit(func, item): i for i, item in enumerate(items)}
