@@ -14,9 +14,9 @@ in a neutral grey (:data:`BUSY_COLOR`).
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -313,10 +313,21 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
     ax.set_xticks(x[::every], [str(s) for s in per_step["step"].tolist()[::every]])
     ax.set_xlabel("step")
     ax.set_ylabel("time per step (ms)")
-    ax.set_title(finding(analysis), loc="left")
+    return finish_axes(ax, finding(analysis), handles)
+
+
+def finish_axes(
+    ax: Axes, title: str, handles: Sequence[Any], labels: Sequence[str] | None = None
+) -> Axes:
+    """The house style of a chart: title on the left, no top or right spine, the legend
+    outside on the right."""
+    ax.set_title(title, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    if labels is None:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    else:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return ax
 
 

@@ -19,6 +19,7 @@ from traceinspect.report.plots import (
     IDLE_HATCH,
     _figure_of,
     _new_axes,
+    finish_axes,
 )
 
 if TYPE_CHECKING:
@@ -98,11 +99,7 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
             tick.set_color(CAUSE_COLORS["input"])
             tick.set_fontweight("bold")
     ax.set_xlabel("time per step, median (ms)")
-    ax.set_title(_title(pod), loc="left")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return ax
+    return finish_axes(ax, _title(pod), handles)
 
 
 def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
@@ -145,9 +142,6 @@ def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     ax.set_xlabel("step")
     ax.set_ylabel("step time (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title(_title(pod), loc="left")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
     handles, labels = ax.get_legend_handles_labels()
     if len(labels) > 12:  # a big pod: the straggler and one entry for the rest
         keep = [i for i, lab in enumerate(labels) if straggler and lab.startswith(straggler)]
@@ -157,8 +151,7 @@ def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
 
         handles.append(Line2D([], [], color=OTHER_HOST_COLOR, linewidth=1.0))
         labels.append("other hosts")
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return ax
+    return finish_axes(ax, _title(pod), handles, labels)
 
 
 def pod_figures(pod: PodAnalysis) -> dict[str, Figure]:
