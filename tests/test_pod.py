@@ -445,3 +445,23 @@ def test_process_pool_from_a_threaded_caller(tmp_path: Path) -> None:
         stop.set()
         thread.join()
     assert pod.straggler is not None and pod.straggler.host == "h2"
+
+
+def test_default_jobs_are_capped_by_cores_files_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinspect.pod import _engines
+
+    monkeypatch.setattr(_engines, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(_engines, "available_memory", lambda: 32 << 30)
+    assert _engines.default_jobs([1 << 20] * 32) == (8, "8 usable core(s)")
+    assert _engines.default_jobs([1 << 20] * 3) == (3, "3 host file(s)")
+    # 2 GB host files: 14 x 2 GB = 28 GB per worker, so 32 GiB holds one at a time.
+    jobs, reason = _engines.default_jobs([2_000_000_000] * 32)
+    assert jobs == 1 and reason.startswith("memory: 32.0 GiB available holds 1 host(s)")
+
+
+def test_a_memory_limited_pool_is_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinspect.pod import _engines
+
+    monkeypatch.setattr(_engines, "available_memory", lambda: 100_000)
+    pod = analyze_run(straggler_run(tmp_path))
+    assert any(n.startswith("Analysed 1 host(s) at a time, limited by memory") for n in pod.notes)

@@ -139,6 +139,11 @@ def analyze_run(
         for f, size in zip(files, sizes, strict=True)
     ]
     chosen = engine or make_engine(jobs, scheduler, sizes)
+    notes: tuple[str, ...] = ()
+    if engine is None and jobs is None and scheduler is None and len(tasks) > 1:
+        n_jobs, reason = default_jobs(sizes)
+        if reason.startswith("memory"):
+            notes = (f"Analysed {n_jobs} host(s) at a time, limited by {reason}.",)
     results: list[HostResult | None] = [None] * len(tasks)
     finished_in_order = chosen.map_unordered(analyze_host, tasks)
     for done, (index, result) in enumerate(finished_in_order, start=1):
@@ -149,7 +154,8 @@ def analyze_run(
     if not any(r.ok for r in finished):
         first = finished[0].error if finished else "no host files"
         raise _all_failed(located, len(finished), first)
-    return analyze_pod(finished, path=str(located.requested), run=located.run.name)
+    pod = analyze_pod(finished, path=str(located.requested), run=located.run.name)
+    return replace(pod, notes=pod.notes + notes) if notes else pod
 
 
 def _all_failed(located: Located, n: int, first: str | None) -> TraceInspectError:

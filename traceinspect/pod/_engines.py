@@ -22,9 +22,10 @@ from traceinspect.errors import UsageError
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Decoding and analysing one host holds about this many times its file size in memory
-# (frames plus analysis working set; measured in benchmarks/README.md).
-MEMORY_PER_FILE_BYTE = 4
+# Decoding and analysing one host peaks at about this many times its file size in memory:
+# 1,170 MiB for an 85 MiB host file (frames ~3.8x, the analysis' working set the rest;
+# benchmarks/README.md, bench_pod.py).
+MEMORY_PER_FILE_BYTE = 14
 
 
 class Engine(Protocol):
