@@ -462,6 +462,6 @@ def test_default_jobs_are_capped_by_cores_files_and_memory(monkeypatch: pytest.M
 def test_a_memory_limited_pool_is_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from traceinspect.pod import _engines
 
-    monkeypatch.setattr(_engines, "available_memory", lambda: 100_000)
+    monkeypatch.setattr(_engines, "available_memory", lambda: 1_000)
     pod = analyze_run(straggler_run(tmp_path))
     assert any(n.startswith("Analysed 1 host(s) at a time, limited by memory") for n in pod.notes)
