@@ -14,6 +14,7 @@ import click
 
 if TYPE_CHECKING:
     from traceinspect.xplane.fs import URLPath
+    from traceinspect.xplane.reader import DecoderName
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,7 +26,7 @@ class TraceRequest:
     path: Path | URLPath  # a URL (gs://bucket/logdir) stays a URL
     run: str | None
     no_cache: bool
-    decoder: str
+    decoder: DecoderName  # click.Choice keeps it to these
     quiet: bool
 
     def load(self) -> Any:
@@ -108,7 +109,7 @@ class ProgressBar:
 
 
 def load_trace(
-    path: Path | URLPath, run: str | None, no_cache: bool, decoder: str, quiet: bool
+    path: Path | URLPath, run: str | None, no_cache: bool, decoder: DecoderName, quiet: bool
 ) -> Any:
     """Load with a progress bar on a terminal, and say which run was picked."""
     from traceinspect.trace import load
@@ -118,7 +119,7 @@ def load_trace(
         trace = load(
             path,
             run=run,
-            decoder=decoder,  # type: ignore[arg-type]
+            decoder=decoder,
             use_cache=not no_cache,
             progress=bar,
         )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from traceinspect.analysis.pod import HostResult, PodAnalysis, analyze_pod
-from traceinspect.errors import TraceInspectError, UsageError
+from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
 from traceinspect.pod._engines import (
     DaskEngine,
     Engine,
@@ -30,7 +30,8 @@ from traceinspect.pod._engines import (
     default_jobs,
     make_engine,
 )
-from traceinspect.xplane.locate import HostFile, Located, file_size, locate
+from traceinspect.xplane.locate import HostFile, Located, locate
+from traceinspect.xplane.reader import DecoderName
 
 __all__ = [
     "DaskEngine",
@@ -60,7 +61,7 @@ class HostTask:
     host: str
     location: str
     size: int
-    decoder: str | None = None
+    decoder: DecoderName | None = None
     use_cache: bool = True
 
 
@@ -72,7 +73,7 @@ def analyze_host(task: HostTask) -> HostResult:
 
     started = time.perf_counter()
     try:
-        trace = load(task.location, decoder=task.decoder, use_cache=task.use_cache)  # type: ignore[arg-type]
+        trace = load(task.location, decoder=task.decoder, use_cache=task.use_cache)
         analysis = analyze(trace)
     except TraceInspectError as exc:
         return HostResult(
@@ -120,7 +121,7 @@ def analyze_run(
     jobs: int | None = None,
     scheduler: str | None = None,
     engine: Engine | None = None,
-    decoder: str | None = None,
+    decoder: DecoderName | None = None,
     use_cache: bool = True,
     progress: HostProgress | None = None,
 ) -> PodAnalysis:
@@ -133,17 +134,17 @@ def analyze_run(
     """
     located = locate(path, run)
     files = host_files(located, hosts)
-    sizes = [file_size(f) for f in files]
+    sizes = [f.size for f in files]
     tasks = [
         HostTask(f.host, f.location, size, decoder, use_cache)
         for f, size in zip(files, sizes, strict=True)
     ]
-    chosen = engine or make_engine(jobs, scheduler, sizes)
     notes: tuple[str, ...] = ()
-    if engine is None and jobs is None and scheduler is None and len(tasks) > 1:
-        n_jobs, reason = default_jobs(sizes)
-        if reason.startswith("memory"):
-            notes = (f"Analysed {n_jobs} host(s) at a time, limited by {reason}.",)
+    if engine is None and jobs is None and scheduler is None:
+        jobs, reason = default_jobs(sizes)
+        if reason.startswith("memory") and len(tasks) > 1:
+            notes = (f"Analysed {jobs} host(s) at a time, limited by {reason}.",)
+    chosen = engine or make_engine(jobs, scheduler, sizes)
     results: list[HostResult | None] = [None] * len(tasks)
     finished_in_order = chosen.map_unordered(analyze_host, tasks)
     for done, (index, result) in enumerate(finished_in_order, start=1):
@@ -159,8 +160,6 @@ def analyze_run(
 
 
 def _all_failed(located: Located, n: int, first: str | None) -> TraceInspectError:
-    from traceinspect.errors import AnalysisError
-
     if n == 1:
         return AnalysisError(first or f"{located.requested}: the host could not be analysed.")
     return AnalysisError(

@@ -22,14 +22,12 @@ from traceinspect.xplane.fs import Location, Stat, URLPath
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # What `traceinspect capture` writes beside the traces of a run (see traceinspect.capture).
 CAPTURE_SIDECAR = "traceinspect.capture.json"
+PROFILE_DIR = ("plugins", "profile")
 
 
 def host_sidecar_name(host: str) -> str:
     """The sidecar of one host in a run directory shared by several (``--run-name``)."""
     return f"{host}.{CAPTURE_SIDECAR}"
-
-
-PROFILE_DIR = ("plugins", "profile")
 
 
 @dataclass(frozen=True)
@@ -63,11 +61,6 @@ class HostFile:
     @property
     def compressed(self) -> bool:
         return self.path.name.endswith(".gz")
-
-
-def file_size(hf: HostFile) -> int:
-    """Bytes of one host file, local or remote (the same as ``hf.size``)."""
-    return hf.size
 
 
 @dataclass(frozen=True)
