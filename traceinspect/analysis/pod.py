@@ -184,18 +184,14 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
         ps = a.per_step
         cols = {
             "step": ps["step"].to_numpy(),
-            **{c: ps[c].to_numpy() for c in _STEP_COLUMNS if c in ps},
+            **{c: ps[c].to_numpy() for c in _STEP_COLUMNS},
             "input_wait_ns": ps["idle_input_ns"].to_numpy(),
             **{f"idle_{c}_ns": ps[f"idle_{c}_ns"].to_numpy() for c in CAUSES if c != "input"},
         }
         frame = pd.DataFrame(cols)
         frame.insert(0, "host", host)
         frames.append(frame)
-    out = pd.concat(frames, ignore_index=True)
-    if "collective_ns" not in out:
-        out["collective_ns"] = 0
-    out["collective_ns"] = out["collective_ns"].fillna(0).astype(np.int64)
-    return out
+    return pd.concat(frames, ignore_index=True)
 
 
 def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
@@ -416,14 +412,12 @@ def analyze_pod(
 def _pod_verdict(
     analyses: dict[str, Analysis], straggler: Straggler | None, table: pd.DataFrame
 ) -> tuple[str, str]:
-    if straggler is not None and straggler.confirmed:
+    if straggler is not None:
         return "straggler", straggler.message
     if not analyses:
         return "error", "No host could be analysed."
     counts = Counter(a.verdict for a in analyses.values())
     common, n = counts.most_common(1)[0]
-    if straggler is not None:
-        return "straggler", straggler.message
     step_ms = table["median_step_ms"].astype(float)
     slowest = str(step_ms.idxmax())
     if n == len(analyses):
