@@ -465,3 +465,24 @@ def test_a_memory_limited_pool_is_noted(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(_engines, "available_memory", lambda: 1_000)
     pod = analyze_run(straggler_run(tmp_path))
     assert any(n.startswith("Analysed 1 host(s) at a time, limited by memory") for n in pod.notes)
+
+
+@pytest.mark.parametrize("n_hosts", [1, 3])
+def test_cli_lists_the_log_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_hosts: int
+) -> None:
+    """A bucket is listed once per command, whether one host or a pod is analysed."""
+    from traceinspect.xplane import fs
+
+    calls = []
+    real_find = fs.find
+
+    def counting_find(*args: object, **kwargs: object) -> object:
+        calls.append(args[0])
+        return real_find(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fs, "find", counting_find)
+    root = straggler_run(tmp_path, n_hosts=n_hosts, slow="h0")
+    out = CliRunner().invoke(main, ["analyze", str(root), "-j", "1"])
+    assert out.exit_code == 0, out.output
+    assert len(calls) == 1

@@ -311,7 +311,7 @@ def _category_match(column: pd.Series, pattern: str, what: str) -> np.ndarray:
 
 
 def load(
-    path: str | Path | URLPath,
+    path: str | Path | URLPath | Located,
     *,
     run: str | None = None,
     decoder: DecoderName | None = None,
@@ -328,7 +328,8 @@ def load(
     the input is missing, unreadable or empty.
     """
     t0 = time.perf_counter()
-    located = locate(path, run)
+    # A Located (what locate() made of a path) is not looked up again.
+    located = path if isinstance(path, Located) else locate(path, run)
     chosen = resolve_decoder(decoder)
     files = located.run.files
     sizes = [f.size for f in files]

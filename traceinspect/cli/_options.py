@@ -14,6 +14,7 @@ import click
 
 if TYPE_CHECKING:
     from traceinspect.xplane.fs import URLPath
+    from traceinspect.xplane.locate import Located
     from traceinspect.xplane.reader import DecoderName
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,8 +30,10 @@ class TraceRequest:
     decoder: DecoderName  # click.Choice keeps it to these
     quiet: bool
 
-    def load(self) -> Any:
-        return load_trace(self.path, self.run, self.no_cache, self.decoder, self.quiet)
+    def load(self, located: Located | None = None) -> Any:
+        """The trace; ``located``: what :func:`~traceinspect.xplane.locate.locate` already
+        made of ``path`` (it is not listed again)."""
+        return load_trace(self.path, self.run, self.no_cache, self.decoder, self.quiet, located)
 
 
 def trace_input(func: F) -> F:
@@ -109,7 +112,12 @@ class ProgressBar:
 
 
 def load_trace(
-    path: Path | URLPath, run: str | None, no_cache: bool, decoder: DecoderName, quiet: bool
+    path: Path | URLPath,
+    run: str | None,
+    no_cache: bool,
+    decoder: DecoderName,
+    quiet: bool,
+    located: Located | None = None,
 ) -> Any:
     """Load with a progress bar on a terminal, and say which run was picked."""
     from traceinspect.trace import load
@@ -117,7 +125,7 @@ def load_trace(
     bar = ProgressBar(f"Reading {path.name}", enabled=not quiet and sys.stderr.isatty())
     try:
         trace = load(
-            path,
+            located or path,
             run=run,
             decoder=decoder,
             use_cache=not no_cache,
@@ -125,13 +133,18 @@ def load_trace(
         )
     finally:
         bar.close()
-    if trace.located.chose_newest and not quiet:
+    note_newest_run(trace.located, path, quiet)
+    return trace
+
+
+def note_newest_run(located: Located, path: Path | URLPath, quiet: bool) -> None:
+    """Say on stderr which run of a log directory was read, when there were several."""
+    if located.chose_newest and not quiet:
         click.echo(
-            f"Note: {len(trace.located.all_runs)} runs in {path}; reading the newest, "
-            f"{trace.run_name} (--run NAME for another).",
+            f"Note: {len(located.all_runs)} runs in {path}; reading the newest, "
+            f"{located.run.name} (--run NAME for another).",
             err=True,
         )
-    return trace
 
 
 @dataclass(frozen=True)

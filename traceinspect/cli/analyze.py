@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, trace_input
+from traceinspect.cli._options import TraceRequest, json_option, note_newest_run, trace_input
 from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
-    from traceinspect.analysis.analyze import Analysis
+    from matplotlib.figure import Figure
+
     from traceinspect.analysis.pod import HostResult
-    from traceinspect.trace import Trace
     from traceinspect.xplane.locate import Located
 
 
@@ -106,8 +107,9 @@ def analyze(
             from traceinspect.pod import host_files
 
             (one,) = host_files(located, hosts)
-            request = replace(request, path=one.path, run=None)
-        trace = request.load()
+            trace = replace(request, path=one.path, run=None).load()
+        else:
+            trace = request.load(located)
     else:
         _analyze_pod(request, located, hosts, jobs, scheduler, as_json, plots_dir, html_file)
         return
@@ -117,23 +119,35 @@ def analyze(
     else:
         click.echo(render_analysis(result, top_gaps=top_gaps))
     if plots_dir is not None or html_file is not None:
-        _write_reports(trace, result, plots_dir, html_file, quiet=request.quiet)
+        from traceinspect.report.html import render_html
+        from traceinspect.report.plots import analysis_figures
+
+        _write_reports(
+            analysis_figures(trace, result),
+            lambda figures: render_html(trace, result, figures=figures),
+            plots_dir,
+            html_file,
+            quiet=request.quiet,
+        )
 
 
 def _write_reports(
-    trace: Trace, result: Analysis, plots_dir: Path | None, html_file: Path | None, quiet: bool
+    figures: Mapping[str, Figure],
+    page: Callable[[Mapping[str, Figure]], str],
+    plots_dir: Path | None,
+    html_file: Path | None,
+    quiet: bool,
 ) -> None:
-    """--plots and --html: the figures are drawn once for both."""
-    from traceinspect.report.html import render_html
-    from traceinspect.report.plots import analysis_figures, save_figures
+    """--plots and --html: the figures are drawn once for both; ``page`` renders the
+    HTML around them."""
+    from traceinspect.report.plots import save_figures
 
-    figures = analysis_figures(trace, result)
     written: list[Path] = []
     if plots_dir is not None:
         written += save_figures(figures, plots_dir)
     if html_file is not None:
         html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(render_html(trace, result, figures=figures), encoding="utf-8")
+        html_file.write_text(page(figures), encoding="utf-8")
         written.append(html_file)
     if not quiet:
         for path in written:
@@ -164,8 +178,7 @@ def _analyze_pod(
 
     try:
         pod = analyze_run(
-            request.path,
-            run=request.run,
+            located,
             hosts=hosts or None,
             jobs=jobs,
             scheduler=scheduler,
@@ -177,30 +190,19 @@ def _analyze_pod(
         if show:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-    if located.chose_newest and not request.quiet:
-        click.echo(
-            f"Note: {len(located.all_runs)} runs in {request.path}; reading the newest, "
-            f"{located.run.name} (--run NAME for another).",
-            err=True,
-        )
+    note_newest_run(located, request.path, request.quiet)
     if as_json:
         click.echo(json.dumps(pod.to_dict(), indent=2))
     else:
         click.echo(render_pod(pod))
-    if plots_dir is None and html_file is None:
-        return
-    from traceinspect.report.html import render_pod_html
-    from traceinspect.report.plots import save_figures
-    from traceinspect.report.pod_plots import pod_figures
+    if plots_dir is not None or html_file is not None:
+        from traceinspect.report.html import render_pod_html
+        from traceinspect.report.pod_plots import pod_figures
 
-    figures = pod_figures(pod)
-    written: list[Path] = []
-    if plots_dir is not None:
-        written += save_figures(figures, plots_dir)
-    if html_file is not None:
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(render_pod_html(pod, figures=figures), encoding="utf-8")
-        written.append(html_file)
-    if not request.quiet:
-        for path in written:
-            click.echo(f"Wrote {path}", err=True)
+        _write_reports(
+            pod_figures(pod),
+            lambda figures: render_pod_html(pod, figures=figures),
+            plots_dir,
+            html_file,
+            quiet=request.quiet,
+        )

@@ -15,10 +15,10 @@ host's full frames on demand.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from traceinspect.analysis.pod import HostResult, PodAnalysis, analyze_pod
 from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
@@ -30,6 +30,7 @@ from traceinspect.pod._engines import (
     default_jobs,
     make_engine,
 )
+from traceinspect.xplane.fs import URLPath
 from traceinspect.xplane.locate import HostFile, Located, locate
 from traceinspect.xplane.reader import DecoderName
 
@@ -114,7 +115,7 @@ def host_files(located: Located, hosts: Sequence[str] | None = None) -> tuple[Ho
 
 
 def analyze_run(
-    path: str | Any,
+    path: str | os.PathLike[str] | URLPath | Located,
     *,
     run: str | None = None,
     hosts: Sequence[str] | None = None,
@@ -132,7 +133,8 @@ def analyze_run(
     allows for the largest files). ``scheduler``: the address of a Dask scheduler to run
     the per-host work on instead (``"local"`` starts a local Dask cluster).
     """
-    located = locate(path, run)
+    # A Located (what locate() made of a path) is not listed again.
+    located = path if isinstance(path, Located) else locate(path, run)
     files = host_files(located, hosts)
     sizes = [f.size for f in files]
     tasks = [
