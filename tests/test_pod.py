@@ -195,7 +195,7 @@ def test_dask_local_cluster_agrees(tmp_path: Path) -> None:
     serial = analyze_run(root, jobs=1)
     dask = analyze_run(root, scheduler="local", jobs=2)
     assert dask.straggler == serial.straggler
-    assert dask.hosts.drop(columns=[]).equals(serial.hosts)
+    assert dask.hosts.equals(serial.hosts)
 
 
 def test_unreachable_dask_scheduler_is_a_clean_error(tmp_path: Path) -> None:
