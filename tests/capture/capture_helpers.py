@@ -18,7 +18,13 @@ TRAIN = SCRIPTS / "train.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
+# These tests are about capture's mechanics, on scripts of a few steps: a fixed window (the
+# old default) unless a test asks for another. The steady-state default has tests of its own.
+FIXED_WINDOW = {"skip_steps": 2, "steps": 5}
+
+
 def capture(logdir: Path, command: Sequence[str], **options: Any) -> CaptureResult:
+    options = {**FIXED_WINDOW, **options}
     return run_capture(list(command), CaptureOptions(logdir=str(logdir), **options))
 
 
@@ -66,7 +72,8 @@ def parent_process(command: Sequence[str], logdir: Path, **popen: Any) -> subpro
     code = (
         "import sys\n"
         "from traceinspect.capture import CaptureOptions, run_capture\n"
-        f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r}, kill_grace_s=20))\n"
+        f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r}, kill_grace_s=20,"
+        " skip_steps=2, steps=5))\n"
         "sys.exit(r.exit_code)\n"
     )
     env = {**os.environ, **popen.pop("env", {}), "PYTHONPATH": str(REPO)}

@@ -111,7 +111,8 @@ def test_cli_unwritable_logdir(tmp_path: Path) -> None:
 def test_cli_runs_a_capture_and_exits_with_the_scripts_code(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    args = ["capture", "--logdir", str(tmp_path), "--steps", "2", "--analyze", "--"]
+    args = ["capture", "--logdir", str(tmp_path), "--skip-steps", "2", "--steps", "2"]
+    args += ["--analyze", "--"]
     args += [sys.executable, str(TRAIN), "--steps", "6", "--exit-at", "5", "--exit-code", "3"]
     result = CliRunner().invoke(_cli_main(), args)
     assert result.exit_code == 3, result.output

@@ -75,6 +75,20 @@ _MAX_GRAIN_EVENTS = 200
 
 _WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
 
+# The steady-state rule (the default window; ``--skip-steps N`` replaces it with a fixed skip).
+# Host step times are cut into blocks of at least STEADY_BLOCK_STEPS steps (twice the Grain
+# worker count when larger: mp_prefetch delivers in bursts of about one batch per worker) and
+# at least STEADY_BLOCK_S seconds. The run is steady once the mean step time of the last
+# STEADY_BLOCKS blocks agrees within STEADY_TOLERANCE (largest / smallest). Step 0 (tracing and
+# compiling) is never in a block. Measured on the scenario family (sample_traces/scenarios/
+# family): a loop that never waits dispatches ~30 steps in 0.1-1 ms each while the CPU client's
+# queue and the prefetch buffers fill, then settles; settled blocks differ by 3-20% on a shared
+# 2-core machine, while a block that still holds the fill phase is 2-30x faster than the next.
+STEADY_BLOCK_STEPS = 8
+STEADY_BLOCK_S = 0.5
+STEADY_BLOCKS = 3
+STEADY_TOLERANCE = 1.35
+
 
 def _warn(message: str) -> None:
     # stdout belongs to the user's script; our own notes go to stderr with a clear prefix.
@@ -105,6 +119,53 @@ class _Source:
     starts_ns: list[int] = dataclasses.field(default_factory=list)
     step_nums: list[int | None] = dataclasses.field(default_factory=list)
     count: int = 0
+
+
+_MIN_WINDOW_STEPS = 5
+
+
+class _Steady:
+    """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
+
+    def __init__(self, block_steps: int) -> None:
+        self.block_steps = block_steps
+        self.block_start = 1  # step 0 compiles: never in a block
+        self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
+
+    def add(self, starts_ns: Sequence[int]) -> None:
+        """Close every block complete in ``starts_ns`` (start times of steps 0..n)."""
+        while True:
+            first = self.block_start
+            last = first + self.block_steps  # the step whose start ends the block
+            if last >= len(starts_ns):
+                return
+            while last < len(starts_ns) - 1 and (
+                starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9
+            ):
+                last += 1
+            span = starts_ns[last] - starts_ns[first]
+            if span < STEADY_BLOCK_S * 1e9:
+                return
+            self.blocks.append((first, last - 1, span / (last - first) / 1e6))
+            self.block_start = last
+
+    def is_steady(self) -> bool:
+        if len(self.blocks) < STEADY_BLOCKS:
+            return False
+        means = [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
+        return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
+
+    def describe(self) -> str:
+        means = ", ".join(f"{b[2]:.1f}" for b in self.blocks[-STEADY_BLOCKS:])
+        return f"mean step of the last blocks {means} ms" if means else "no complete block"
+
+    def reason(self, index: int) -> str:
+        first = self.blocks[-STEADY_BLOCKS][0]
+        return (
+            f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
+            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other "
+            f"({self.describe().split(' blocks ')[1]}); traced from step {index}"
+        )
 
 
 def _nbytes(obj: Any, depth: int = 0) -> int | None:
@@ -139,8 +200,18 @@ class _Capture:
         self.pid = os.getpid()
         self.lock = threading.RLock()
         self.phase = _WAITING
-        self.skip = int(config["skip_steps"])
+        skip = config.get("skip_steps")
+        self.skip: int | None = None if skip is None else int(skip)
         self.steps = int(config["steps"])
+        self.max_wait_s = float(config.get("max_wait_s") or 120.0)
+        self.window_max_s = float(config.get("window_max_s") or 60.0)
+        self.steady: _Steady | None = None
+        self.window_rule: str | None = None
+        self.window_reason: str | None = None
+        self.batches_in_window = 0
+        self.worker_stats_dir: str | None = None
+        self.worker_snapshots: dict[str, dict[str, dict[str, Any]]] = {}
+        self.process_cpu_ns: dict[str, int] = {}
         self.forced = config.get("step_source") or "auto"
         self.sources: dict[tuple[str, str], _Source] = {}
         self.chosen: _Source | None = None
@@ -194,19 +265,21 @@ class _Capture:
                 src = self.sources[(kind, key)] = _Source(kind, key, detail)
             index = src.count
             src.count += 1
-            if self.phase == _DONE:
-                # The window is closed: the steps after it are counted, not kept.
-                return
             if len(src.starts_ns) < _MAX_STEPS_KEPT:
+                # Kept after the window too: the whole run's step times show whether the
+                # traced window is representative.
                 src.starts_ns.append(now)
                 src.step_nums.append(step_num)
+            if self.phase == _DONE:
+                return
             chosen = self.chosen
             if chosen is None or _PRIORITY[kind] < _PRIORITY[chosen.kind]:
-                if kind == SOURCE_JIT and index < self.skip:
+                if kind == SOURCE_JIT and index < self._jit_wait():
                     # Not yet known to be the most dispatched function: wait until one
-                    # of them reaches the first traced step.
+                    # of them has been called that often.
                     return
                 self.chosen = src
+                self.steady = None
                 if self.phase == _TRACING:
                     # A better step marker appeared after the window opened (possible with
                     # --skip-steps 0): count the window in its steps from here.
@@ -215,12 +288,23 @@ class _Capture:
                     return
             elif src is not chosen:
                 return
-            if self.phase == _WAITING and index >= self.skip:
+            if self.phase == _WAITING and self._window_may_open(src, index, now):
                 if self._start_trace():
                     self.window_first = index
                     self._enter_step_annotation(index, step_num)
             elif self.phase == _TRACING and self.window_first is not None:
-                if index >= self.window_first + self.steps:
+                traced = index - self.window_first
+                long_enough = (
+                    self.trace_start_ns is not None
+                    and now - self.trace_start_ns >= self.window_max_s * 1e9
+                    and traced >= _MIN_WINDOW_STEPS
+                )
+                if traced >= self.steps or long_enough:
+                    if traced < self.steps:
+                        self.notes.append(
+                            f"the window closed after {traced} step(s), its time limit of "
+                            f"{self.window_max_s:g} s, before the {self.steps} requested"
+                        )
                     self.window_complete = True
                     self._stop_trace()
                     if self.config.get("stop_after"):
@@ -228,6 +312,38 @@ class _Capture:
                         raise _StopAfter()
                 else:
                     self._enter_step_annotation(index, step_num)
+
+    def _jit_wait(self) -> int:
+        return self.skip if self.skip is not None else STEADY_BLOCK_STEPS
+
+    def _window_may_open(self, src: _Source, index: int, now: int) -> bool:
+        """Whether the window opens at step ``index``: after a fixed skip when one was given,
+        else once the run is steady (or has waited ``max_wait_s``)."""
+        if self.skip is not None:
+            if index >= self.skip:
+                self.window_rule = "skip"
+                self.window_reason = f"skipped {self.skip} step(s) (--skip-steps)"
+                return True
+            return False
+        if self.steady is None:
+            workers = self._grain_setting("mp_prefetch", "num_workers") or 0
+            self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
+        steady = self.steady
+        steady.add(src.starts_ns[: index + 1])
+        if steady.is_steady():
+            self.window_rule = "steady"
+            self.window_reason = steady.reason(index)
+            return True
+        waited = (now - self.script_start_ns) / 1e9
+        if waited >= self.max_wait_s and index >= 2:
+            self.window_rule = "time_bound"
+            self.window_reason = (
+                f"not steady after {waited:.0f} s ({index} steps; {steady.describe()}): "
+                f"traced from step {index} anyway (--max-wait)"
+            )
+            self.notes.append(self.window_reason)
+            return True
+        return False
 
     def _enter_step_annotation(self, index: int, step_num: int | None) -> None:
         self._exit_step_annotation()
@@ -272,6 +388,7 @@ class _Capture:
             _warn(f"could not start the profiler ({exc}); the script goes on untraced")
             return False
         self.trace_start_ns = time.time_ns()
+        self._snapshot("open")
         self.phase = _TRACING
         return True
 
@@ -280,6 +397,7 @@ class _Capture:
         self._exit_step_annotation()
         self.phase = _DONE
         self.trace_stop_ns = time.time_ns()
+        self._snapshot("close")
         # Now, while the script's jax.distributed client is surely still up.
         self.distributed = _distributed_info()
         try:
@@ -390,12 +508,21 @@ class _Capture:
                 self._stop_trace()
             elif self.phase == _WAITING:
                 seen = self.chosen.count if self.chosen is not None else 0
+                waiting_for = (
+                    f"{self.skip} to skip"
+                    if self.skip is not None
+                    else "not yet steady: "
+                    + (self.steady.describe() if self.steady else "too few steps")
+                    + "; give --skip-steps N to trace after a fixed number of steps"
+                )
                 self.partial_reasons.append(
                     f"the script {how} before the window opened ({seen} step(s) seen,"
-                    f" {self.skip} to skip)"
+                    f" {waiting_for})"
                 )
                 self.phase = _DONE
             self.write_report()
+            if self.worker_stats_dir is not None:
+                shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
 
     def report(self) -> dict[str, Any]:
         chosen = self.chosen
@@ -425,6 +552,8 @@ class _Capture:
             "step_source_detail": chosen.detail if chosen is not None else None,
             "window": {
                 "skip_steps": self.skip,
+                "rule": self.window_rule,
+                "reason": self.window_reason,
                 "requested_steps": self.steps,
                 "first_step": self.window_first,
                 "last_step": last,
@@ -467,18 +596,23 @@ class _Capture:
             return
         self.grain_events.append({"kind": kind, "unix_ns": time.time_ns(), **fields})
 
+    def _grain_setting(self, kind: str, field: str, before: int | None = None) -> Any:
+        """The last value of ``field`` in Grain constructions of ``kind`` seen before
+        ``before`` (Unix ns; default now)."""
+        before = before or time.time_ns()
+        values = [
+            e[field]
+            for e in self.grain_events
+            if e["kind"] == kind and e.get(field) is not None and e["unix_ns"] <= before
+        ]
+        return values[-1] if values else None
+
     def _grain_summary(self) -> dict[str, Any] | None:
         if "grain" not in sys.modules and not self.grain_events:
             return None
 
         def last(kind: str, field: str) -> Any:
-            before = self.trace_start_ns or time.time_ns()
-            values = [
-                e[field]
-                for e in self.grain_events
-                if e["kind"] == kind and e.get(field) is not None and e["unix_ns"] <= before
-            ]
-            return values[-1] if values else None
+            return self._grain_setting(kind, field, self.trace_start_ns)
 
         workers = last("mp_prefetch", "num_workers")
         buffer = last("mp_prefetch", "per_worker_buffer_size")
@@ -496,7 +630,71 @@ class _Capture:
             "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
             "batch_size": last("batch", "batch_size"),
             "bytes_per_batch": self.batch_bytes,
+            "workers_measured": self._workers_measured(),
             "observed": self.grain_events,
+        }
+
+    # -- Grain worker processes ---------------------------------------------------------------
+
+    def worker_probe_dir(self) -> str:
+        """Where the worker probes write their counters (made on first use)."""
+        if self.worker_stats_dir is None:
+            import tempfile
+
+            self.worker_stats_dir = tempfile.mkdtemp(prefix="traceinspect-workers-")
+        return self.worker_stats_dir
+
+    def _snapshot(self, when: str) -> None:
+        """Counters of the worker probes and this process's CPU time, at ``when``."""
+        self.process_cpu_ns[when] = time.process_time_ns()
+        self.process_cpu_ns[f"{when}_wall"] = time.time_ns()
+        if self.worker_stats_dir is None:
+            return
+        found: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(OSError):
+            for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
+                with contextlib.suppress(OSError, ValueError):
+                    found[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        self.worker_snapshots[when] = found
+
+    def _workers_measured(self) -> dict[str, Any] | None:
+        """Each worker's activity over the window: counter differences between its open and
+        close (each worker's own clock: a probe writes every ~0.1 s)."""
+        start = self.worker_snapshots.get("open")
+        stop = self.worker_snapshots.get("close")
+        if not start or not stop:
+            return None
+        workers = []
+        for key, end in sorted(stop.items()):
+            begin = start.get(key)
+            if begin is None:
+                continue
+            wall_s = (end["t_ns"] - begin["t_ns"]) / 1e9
+            if wall_s <= 0:
+                continue
+            workers.append(
+                {
+                    "index": end.get("index"),
+                    "pid": end.get("pid"),
+                    "wall_s": round(wall_s, 4),
+                    "elements": end["elements"] - begin["elements"],
+                    "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
+                    "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
+                    "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
+                    "rss_bytes": end.get("rss_bytes"),
+                    "timed_elements": bool(end.get("timed")),
+                }
+            )
+        if not workers:
+            return None
+        cpu = self.process_cpu_ns
+        wall = (cpu.get("close_wall", 0) - cpu.get("open_wall", 0)) / 1e9
+        return {
+            "window_s": round(wall, 4),
+            "batches": self.batches_in_window,
+            "elements": sum(w["elements"] for w in workers),
+            "main_process_cpu_s": round((cpu.get("close", 0) - cpu.get("open", 0)) / 1e9, 4),
+            "workers": workers,
         }
 
 
@@ -766,6 +964,8 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
             cls_name = type(self).__name__
             cap.on_step(SOURCE_GRAIN, cls_name, f"batches from grain {cls_name}")
             state.depth = 1
+            if cap.phase == _TRACING:
+                cap.batches_in_window += 1
             try:
                 with cap.annotate(ANN_NEXT_BATCH):
                     batch = orig(self)
@@ -827,7 +1027,9 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
     real_mp_prefetch = iter_dataset.mp_prefetch
 
     @functools.wraps(real_mp_prefetch)
-    def mp_prefetch(self: Any, options: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def mp_prefetch(
+        self: Any, options: Any = None, worker_init_fn: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
         options = options or options_mod.MultiprocessingOptions(num_workers=10)
         if workers is not None:
             options = dataclasses.replace(options, num_workers=workers)
@@ -836,7 +1038,13 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
             num_workers=options.num_workers,
             per_worker_buffer_size=options.per_worker_buffer_size,
         )
-        return real_mp_prefetch(self, options, *args, **kwargs)
+        if options.num_workers > 0 and os.getpid() == cap.pid:
+            # Grain cloudpickles this into each worker process; _worker_probe is pickled by
+            # value (this file runs as __main__), so the worker needs nothing of ours.
+            worker_init_fn = functools.partial(
+                _worker_probe, cap.worker_probe_dir(), worker_init_fn
+            )
+        return real_mp_prefetch(self, options, worker_init_fn, *args, **kwargs)
 
     iter_dataset.mp_prefetch = mp_prefetch
 
@@ -880,6 +1088,98 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
     if cap.config.get("grain_worker_profiling"):
         cap.grain_worker_profiling = _enable_worker_profiling()
+
+
+def _worker_probe(
+    stats_dir: str, user_init: Callable[[int, int], None] | None, index: int, count: int
+) -> None:
+    """Runs in each Grain ``mp_prefetch`` worker process before it starts producing.
+
+    Times the worker's loop from the outside of each element: Grain's worker produces an
+    element (``next``), then puts it in its buffer, blocking while the buffer is full. The put
+    is ``grain_queue.add_element_to_queue``; wrapped here, the time between two puts is the
+    time spent producing, and the time inside one is the time blocked on a full buffer (the
+    consumer did not need the element yet). A thread writes the counters, with the process's
+    CPU time and memory, to ``stats_dir/worker-<index>-<pid>.json`` every 0.1 s; the training
+    process reads them when the trace window opens and closes.
+
+    Self-contained (imports inside, no module globals) because it is pickled by value.
+    """
+    if user_init is not None:
+        user_init(index, count)
+    import json as _json
+    import os as _os
+    import pathlib as _pathlib
+    import sys as _sys
+    import threading as _threading
+    import time as _time
+
+    pid = _os.getpid()
+    lock = _threading.Lock()
+    state = {"elements": 0, "produce_ns": 0, "blocked_ns": 0, "since": _time.perf_counter_ns()}
+    phase = ["produce"]
+    timed = False
+    module = _sys.modules.get("grain._src.python.dataset.transformations.process_prefetch")
+    queue_mod = getattr(module, "grain_queue", None)
+    real_put = getattr(queue_mod, "add_element_to_queue", None)
+    if real_put is not None:
+
+        def add_element_to_queue(*args: Any, **kwargs: Any) -> Any:
+            now = _time.perf_counter_ns()
+            with lock:
+                state["produce_ns"] += now - state["since"]
+                state["elements"] += 1
+                state["since"] = now
+                phase[0] = "blocked"
+            try:
+                return real_put(*args, **kwargs)
+            finally:
+                done = _time.perf_counter_ns()
+                with lock:
+                    state["blocked_ns"] += done - state["since"]
+                    state["since"] = done
+                    phase[0] = "produce"
+
+        queue_mod.add_element_to_queue = add_element_to_queue
+        timed = True
+    path = _pathlib.Path(stats_dir, f"worker-{index}-{pid}.json")
+    page = _os.sysconf("SC_PAGE_SIZE") if hasattr(_os, "sysconf") else 4096
+
+    def rss() -> int | None:
+        try:
+            statm = _pathlib.Path(f"/proc/{pid}/statm").read_text(encoding="ascii")
+            return int(statm.split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def write() -> None:
+        now = _time.perf_counter_ns()
+        with lock:
+            counters = dict(state)
+            running = now - counters.pop("since")
+            counters[f"{phase[0]}_ns"] += running
+        counters.update(
+            index=index,
+            count=count,
+            pid=pid,
+            timed=timed,
+            t_ns=_time.time_ns(),
+            cpu_ns=_time.process_time_ns(),
+            rss_bytes=rss(),
+        )
+        tmp = path.with_name(f"{path.name}.tmp")
+        tmp.write_text(_json.dumps(counters), encoding="utf-8")
+        tmp.replace(path)
+
+    def loop() -> None:
+        while True:
+            try:
+                write()
+            except OSError:
+                return
+            _time.sleep(0.1)
+
+    _threading.Thread(target=loop, name="traceinspect-worker-probe", daemon=True).start()
 
 
 def _plain(value: Any) -> Any:

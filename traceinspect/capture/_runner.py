@@ -31,8 +31,13 @@ class CaptureOptions:
     """How to trace: which steps, which profiler settings, where to write."""
 
     logdir: str = "traceinspect_logs"
-    skip_steps: int = 2
-    steps: int = 5
+    #: None: open the window once the run is steady (see ``_child.STEADY_*``); N: after N steps.
+    skip_steps: int | None = None
+    steps: int = 20
+    #: With the steady-state rule: open the window after this long even if not yet steady.
+    max_wait_s: float = 120.0
+    #: Close the window after this long even before ``steps`` steps (at least 5 traced).
+    window_max_s: float = 60.0
     stop_after: bool = False
     step_source: str = "auto"
     delay_s: float = 10.0
@@ -60,8 +65,10 @@ class CaptureOptions:
         _check_name("--host-name", self.host_name)
         if self.steps < 1:
             raise CaptureError(f"--steps must be at least 1, got {self.steps}")
-        if self.skip_steps < 0:
+        if self.skip_steps is not None and self.skip_steps < 0:
             raise CaptureError(f"--skip-steps must be 0 or more, got {self.skip_steps}")
+        if self.max_wait_s <= 0 or self.window_max_s <= 0:
+            raise CaptureError("--max-wait and --window-max must be more than 0 seconds")
         if self.step_source not in STEP_SOURCES:
             raise CaptureError(
                 f"unknown step source {self.step_source!r}: use one of {', '.join(STEP_SOURCES)}"
@@ -220,6 +227,8 @@ def _window_options(options: CaptureOptions) -> dict[str, Any]:
     return {
         "skip_steps": options.skip_steps,
         "steps": options.steps,
+        "max_wait_s": options.max_wait_s,
+        "window_max_s": options.window_max_s,
         "stop_after": options.stop_after,
         "step_source": options.step_source,
         "delay_s": options.delay_s,

@@ -54,8 +54,31 @@ def _analysis(result: CaptureResult) -> Analysis | str:
     help="Name the files NAME.xplane.pb, ... (default this machine's hostname); needed when "
     "several processes of one machine share a --run-name.",
 )
-@click.option("--skip-steps", default=2, show_default=True, help="Steps to skip (warm-up).")
-@click.option("--steps", default=5, show_default=True, help="Steps to trace.")
+@click.option(
+    "--skip-steps",
+    type=int,
+    default=None,
+    help="Trace after exactly N steps. Default: once the run is steady (compilation done, "
+    "prefetch buffers drained, step times no longer trending), which the summary explains.",
+)
+@click.option("--steps", default=20, show_default=True, help="Steps to trace.")
+@click.option(
+    "--max-wait",
+    "max_wait_s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for a steady run before tracing anyway.",
+)
+@click.option(
+    "--window-max",
+    "window_max_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Close the window after this many seconds even before --steps steps (keeps traces "
+    "of slow steps small).",
+)
 @click.option(
     "--stop-after", is_flag=True, help="End the script once the window is captured (exit 0)."
 )
@@ -74,8 +97,10 @@ def capture(
     logdir: str,
     run_name: str | None,
     host_name: str | None,
-    skip_steps: int,
+    skip_steps: int | None,
     steps: int,
+    max_wait_s: float,
+    window_max_s: float,
     stop_after: bool,
     profiler: ProfilerSettings,
     workers: int | None,
@@ -96,7 +121,7 @@ def capture(
     \b
     Examples:
       traceinspect capture -- python train.py --lr 0.1
-      traceinspect capture --skip-steps 3 --steps 10 -- python -m mypkg.train
+      traceinspect capture --skip-steps 30 --steps 10 -- python -m mypkg.train
       traceinspect capture --workers 8 --stop-after -- train.py
       traceinspect capture --run-name pod1 --host-name host0 -- python train.py --id 0
     """
@@ -106,6 +131,8 @@ def capture(
         host_name=host_name,
         skip_steps=skip_steps,
         steps=steps,
+        max_wait_s=max_wait_s,
+        window_max_s=window_max_s,
         stop_after=stop_after,
         workers=workers,
         **profiler.capture_kwargs(),

@@ -73,11 +73,12 @@ def _progress(event: SweepProgress) -> None:
 )
 @click.option(
     "--skip-steps",
-    default=5,
-    show_default=True,
-    help="Steps to skip per run (warm-up; Grain's prefetch buffers fill meanwhile).",
+    type=int,
+    default=None,
+    help="Trace each run after exactly N steps. Default: capture's steady-state window "
+    "(compilation done, prefetch buffers drained, step times no longer trending).",
 )
-@click.option("--steps", default=10, show_default=True, help="Steps to trace per run.")
+@click.option("--steps", default=20, show_default=True, help="Steps to trace per run.")
 @click.option(
     "--stop-after/--no-stop-after",
     default=True,
@@ -109,7 +110,7 @@ def sweep(
     worker_counts: tuple[int, ...],
     timeout_s: float,
     logdir: str,
-    skip_steps: int,
+    skip_steps: int | None,
     steps: int,
     stop_after: bool,
     profiler: ProfilerSettings,

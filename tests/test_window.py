@@ -1,0 +1,81 @@
+"""The steady-state window rule of ``traceinspect capture`` (``_child._Steady``), on step
+series shaped like the scenario family's (sample_traces/scenarios/family)."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from traceinspect.capture._child import (
+    STEADY_BLOCK_S,
+    STEADY_BLOCKS,
+    STEADY_TOLERANCE,
+    _Steady,
+)
+
+
+def _starts(step_ms: list[float]) -> list[int]:
+    """Step start times (ns) from step durations (ms); step 0 starts at 0."""
+    return [0, *itertools.accumulate(round(ms * 1e6) for ms in step_ms)]
+
+
+def _first_steady(step_ms: list[float], block_steps: int = 8) -> int | None:
+    """The step at which the rule first says steady (fed one step at a time, as capture does)."""
+    starts = _starts(step_ms)
+    steady = _Steady(block_steps)
+    for n in range(1, len(starts) + 1):
+        steady.add(starts[:n])
+        if steady.is_steady():
+            return n - 1
+    return None
+
+
+def test_a_filling_queue_is_not_steady() -> None:
+    # Compile, then 30 dispatches of 0.2 ms while the CPU client's queue fills, then 30 ms.
+    series = [2000.0] + [0.2] * 30 + [30.0] * 100
+    first = _first_steady(series)
+    assert first is not None
+    # The block holding the fill phase (0.2 ms steps, then the first 30 ms ones) averages far
+    # below the next; steady only once STEADY_BLOCKS blocks of settled steps agree.
+    settled_blocks_span = STEADY_BLOCKS * STEADY_BLOCK_S * 1000 / 30.0
+    assert first >= 31 + settled_blocks_span - 1
+    assert first <= 31 + settled_blocks_span + 3 * 17 + 1
+
+
+def test_a_trend_is_not_steady() -> None:
+    # Step times growing 2% a step never settle within the tolerance.
+    series = [10.0 * 1.02**i for i in range(150)]
+    assert _first_steady(series) is None
+
+
+def test_bursts_are_steady_when_blocks_hold_whole_bursts() -> None:
+    # Two workers alternate a 0.1 ms step and a 60 ms one: blocks of >= 8 steps average them.
+    series = [1500.0] + [0.1, 60.0] * 60
+    first = _first_steady(series, block_steps=4)
+    assert first is not None and first < 60
+
+
+def test_describe_names_the_block_means() -> None:
+    steady = _Steady(8)
+    steady.add(_starts([100.0] + [50.0] * 60))
+    assert steady.is_steady()
+    assert steady.describe() == "mean step of the last blocks 50.0, 50.0, 50.0 ms"
+    assert "traced from step 60" in steady.reason(60)
+
+
+@given(
+    step=st.floats(min_value=0.5, max_value=200.0),
+    jitter=st.lists(st.floats(min_value=0.0, max_value=0.15), min_size=120, max_size=120),
+)
+def test_a_constant_pace_with_noise_is_steady(step: float, jitter: list[float]) -> None:
+    # Noise within +-15% never keeps a steady run from being called steady.
+    series = [1000.0] + [step * (1 + j) for j in jitter]
+    starts = _starts(series)
+    steady = _Steady(8)
+    steady.add(starts)
+    if len(steady.blocks) >= STEADY_BLOCKS:
+        assert steady.is_steady()
+        means = [b[2] for b in steady.blocks[-STEADY_BLOCKS:]]
+        assert max(means) / min(means) <= STEADY_TOLERANCE
