@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.analysis.executions import StepWork, step_work
 from traceinspect.analysis.host import (
     HostActivity,
     training_thread_activity,
@@ -55,6 +56,13 @@ SYNC_WAKE_TOLERANCE_NS = 2_000_000
 MIN_GAP_NS = 10_000
 # Gaps whose evidence is gathered (the longest; `gaps` rows beyond have none).
 EVIDENCE_GAPS = 200
+# Steps come in bursts when (p90 - p10) / mean of their times exceeds this: Grain's
+# mp_prefetch hands over a batch per worker at once, then none for a while (the scenario
+# family's bursty runs: 1.5-3; steady runs: 0.05-0.4). Then throughput (the mean) is what a
+# step costs, and the verdict and the worker count use it.
+BURSTY_SPREAD = 1.0
+# Below this share of steps with their own device work found, the window holds none.
+MIN_LINKED = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,18 @@ class StepSummary:
     median_ms: float
     p90_ms: float
     dropped: int
+    mean_ms: float = 0.0  # throughput: the window's wall time over its steps
+    p10_ms: float = 0.0
+    bursty: bool = False  # (p90 - p10) / mean > BURSTY_SPREAD
+
+    @property
+    def spread(self) -> float:
+        return (self.p90_ms - self.p10_ms) / self.mean_ms if self.mean_ms else 0.0
+
+    @property
+    def typical_ms(self) -> float:
+        """What one step costs: the mean when steps come in bursts, else the median."""
+        return self.mean_ms if self.bursty else self.median_ms
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +125,10 @@ class Analysis:
                 "median_ms": self.steps.median_ms,
                 "p90_ms": self.steps.p90_ms,
                 "dropped_partial": self.steps.dropped,
+                "mean_ms": self.steps.mean_ms,
+                "p10_ms": self.steps.p10_ms,
+                "spread": round(self.steps.spread, 4),
+                "bursty": self.steps.bursty,
             },
             "device": {"busy_fraction": self.busy_fraction, "idle_fraction": self.idle_fraction},
             "idle_by_cause_ms": self.idle_by_cause_ms,
@@ -159,6 +183,69 @@ class Analysis:
 
 def _median(values: np.ndarray) -> float:
     return float(np.median(values)) if len(values) else 0.0
+
+
+def _typical(values: np.ndarray, bursty: bool) -> float:
+    """The median of the known values, or their mean when steps come in bursts."""
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return 0.0
+    return float(np.mean(values)) if bursty else float(np.median(values))
+
+
+def _step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
+    p10, median, p90 = (float(np.percentile(wall_ms, q)) for q in (10, 50, 90))
+    mean = float(np.mean(wall_ms))
+    return StepSummary(
+        count=len(steps),
+        source=steps.source,
+        median_ms=round(median, 4),
+        p90_ms=round(p90, 4),
+        dropped=steps.dropped,
+        mean_ms=round(mean, 4),
+        p10_ms=round(p10, 4),
+        bursty=bool(mean > 0 and (p90 - p10) / mean > BURSTY_SPREAD),
+    )
+
+
+def _drop_contextless_first_step(
+    trace: Trace, steps: Steps, busy: Intervals
+) -> tuple[Steps, str | None]:
+    """Leave out the first step when the device was idle from the start of the trace until
+    after that step began: what opened that idle period (a read of the step before, a batch
+    fetch) happened before the trace started, so its cause cannot be known, and one
+    context-less step must not flip a verdict."""
+    if len(steps) < 3:
+        return steps, None
+    first = int(steps.starts[0])
+    before = busy.clip(trace.start_ns, first + 1)
+    if before.total > 0 and int(before.ends[-1]) > first:
+        return steps, None  # busy when the step began
+    if before.total > 0:
+        return steps, None  # the idle period began inside the trace: its opener is traced
+    trimmed = Steps(
+        source=steps.source,
+        starts=steps.starts[1:],
+        ends=steps.ends[1:],
+        numbers=steps.numbers[1:],
+        main_line_row=steps.main_line_row,
+        dropped=steps.dropped + 1,
+        marker_names=steps.marker_names,
+    )
+    return trimmed, None
+
+
+def _check_own_work(trace: Trace, steps: Steps, work: StepWork | None) -> None:
+    """No verdict from a window whose steps' device work is not in the trace."""
+    if work is None or work.linked >= MIN_LINKED * len(steps):
+        return
+    raise AnalysisError(
+        f"{trace.path}: only {work.linked} of the {len(steps)} traced steps have their device "
+        f"work in the trace: the host ran {work.queued} or more steps ahead of the device, "
+        "which ran the window's steps after the trace stopped. Capture with traceinspect "
+        "capture's default window (it waits until the run is steady), or trace more steps "
+        "(--steps)."
+    )
 
 
 def _gap_table(
@@ -332,6 +419,13 @@ def analyze(trace: Trace) -> Analysis:
             "between host and device lines? Re-capture, or report the trace layout."
         )
     outside = 1 - window.total / busy.total
+    notes: list[str] = []
+    steps, edge_note = _drop_contextless_first_step(trace, steps, busy)
+    if edge_note:
+        notes.append(edge_note)
+    work_rows = np.array(sorted({r for rows in activity.work_lines.values() for r in rows}))
+    work = step_work(trace, steps, work_rows)
+    _check_own_work(trace, steps, work)
     host = training_thread_activity(trace, steps)
     per_step = pd.DataFrame(
         {
@@ -343,10 +437,17 @@ def analyze(trace: Trace) -> Analysis:
             "input_work_ns": host.input.overlap_with(steps.starts, steps.ends),
         }
     )
+    # The device work each step needs: from the executions it dispatched where the trace
+    # links them, else the device's busy time inside the step's host window.
+    per_step["device_work_ns"] = work.work_ns if work is not None else per_step["busy_ns"]
+    wall_ms = per_step["wall_ns"].to_numpy() / 1e6
+    step_summary = _step_summary(steps, wall_ms)
     # Input work per step against device work per step decides whether a sync or the
-    # pipeline is to blame for what happens after a blocking read.
-    input_per_step = _median(per_step["input_work_ns"].to_numpy())
-    busy_per_step = _median(per_step["busy_ns"].to_numpy())
+    # pipeline is to blame for what happens after a blocking read. Per step as a step
+    # typically costs: the mean when steps come in bursts (a burst's fast steps wait for
+    # nothing, its slow step waits for the whole burst), else the median.
+    input_per_step = _typical(per_step["input_work_ns"].to_numpy(), step_summary.bursty)
+    busy_per_step = _typical(per_step["device_work_ns"].to_numpy(), False)
     input_bound = input_per_step > busy_per_step and input_per_step > 0
     gaps = _gap_table(steps, busy, host, input_bound, busy_per_step)
     gaps["cause"] = gaps[list(CAUSES)].idxmax(axis=1) if len(gaps) else []
@@ -379,9 +480,21 @@ def analyze(trace: Trace) -> Analysis:
     if fractions["unknown"] >= MATTERS and fractions["unknown"] > known[top]:
         # Idle time that nothing on the host explains: say so rather than pick a cause.
         top, verdict = "unknown", "unknown"
-    wall_ms = per_step["wall_ns"].to_numpy() / 1e6
     sync_sites = _sync_sites(host, gaps)
-    notes = []
+    if step_summary.bursty:
+        notes.append(
+            f"Steps come in bursts (p10 {step_summary.p10_ms:.2f} ms, median "
+            f"{step_summary.median_ms:.2f} ms, p90 {step_summary.p90_ms:.2f} ms): several "
+            "batches arrive at once (one per Grain worker), then the loop waits for the next "
+            f"ones. The figures use throughput, {step_summary.mean_ms:.2f} ms per step over "
+            "the window."
+        )
+    if work is not None and work.queued > 1:
+        notes.append(
+            f"The host ran {work.queued} step(s) ahead of the device; each step's device work "
+            "is that of the programs it dispatched (linked by execution order), not what ran "
+            "during it."
+        )
     if fractions["unknown"] >= MATTERS:
         notes.append(
             f"{fractions['unknown']:.0%} of step time is idle with nothing traced on the "
@@ -404,13 +517,7 @@ def analyze(trace: Trace) -> Analysis:
         "path": str(trace.path),
         "backend": activity.backend.kind,
         "devices": tuple(activity.busy),
-        "steps": StepSummary(
-            count=len(steps),
-            source=steps.source,
-            median_ms=round(float(np.median(wall_ms)), 4),
-            p90_ms=round(float(np.percentile(wall_ms, 90)), 4),
-            dropped=steps.dropped,
-        ),
+        "steps": step_summary,
         "busy_fraction": (total_wall - idle_total) / total_wall if total_wall else 0.0,
         "idle_fraction": idle_total / total_wall if total_wall else 0.0,
         "idle_by_cause_ms": {c: round(by_cause[c] / 1e6, 4) for c in CAUSES},
@@ -433,7 +540,7 @@ def analyze(trace: Trace) -> Analysis:
         workers = recommend_workers(
             worker_inputs(
                 verdict,
-                step_ms=float(np.median(wall_ms)),
+                step_ms=step_summary.typical_ms,
                 device_busy_ms=busy_per_step / 1e6,
                 input_wait_ms=input_per_step / 1e6,
                 capture=trace.capture,

@@ -205,7 +205,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
         return None
     runs = calls[(calls[S.LINE_ROW] == line_row) & (calls[S.NAME] == name)]
     # Nested calls of the same function (a wrapper calling itself) count once.
-    runs = runs[~_nested(runs)]
+    runs = runs[~nested(runs)]
     return _windows(
         f"repeated calls of {name}",
         runs[S.START_NS].to_numpy(),
@@ -217,7 +217,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
     )
 
 
-def _nested(events: pd.DataFrame) -> np.ndarray:
+def nested(events: pd.DataFrame) -> np.ndarray:
     """Events (sorted by start) that lie inside an earlier event of the same frame."""
     starts = events[S.START_NS].to_numpy()
     ends = starts + events[S.DURATION_NS].to_numpy()

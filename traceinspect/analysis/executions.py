@@ -1,0 +1,138 @@
+"""Device work per step: each step's share found from the executions it dispatched.
+
+When the host runs ahead of the device (asynchronous dispatch; the CPU client queues ~32
+steps), the device work that falls between two host step annotations belongs to earlier
+steps. So each step's device work is the work of the programs *it* launched:
+
+- Executions: device work events carrying a ``run_id`` stat (one id per execution), grouped
+  by id, named by their ``hlo_module`` stat (``jit_train_step``). On the CPU backend every op
+  carries both; an execution's work is the union of its ops' time.
+- Dispatches: the training thread's outermost ``PjitFunction(<fn>)`` events, in order.
+- Link: the executions of ``jit_<fn>`` run in dispatch order (one device, one queue), so the
+  k-th dispatch of ``fn`` ran as the (k + q)-th execution of ``jit_<fn>`` in the trace, where
+  q counts the executions still queued from before the trace began. q is the smallest offset
+  that no execution starts before its dispatch: exact as soon as the device went idle once in
+  the trace (the execution after an idle period starts right after its dispatch), and
+  harmless otherwise (a device that never idles runs the same program back to back).
+
+Layouts without per-execution ids (GPU kernels here, traces without ``hlo_module``) are not
+linked; the analysis then falls back to device busy time inside each step's host window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinspect import schema as S
+from traceinspect.analysis.intervals import Intervals
+from traceinspect.analysis.steps import Steps, nested
+from traceinspect.trace import Trace
+
+RUN_ID = "run_id"
+HLO_MODULE = "hlo_module"
+_PJIT = re.compile(r"^PjitFunction\((?P<fn>.*)\)$")
+# The offsets tried: the CPU client keeps about 32 executions in flight.
+_MAX_OFFSET = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class StepWork:
+    """Device work each step dispatched (ns; NaN where its executions are not in the trace)."""
+
+    work_ns: np.ndarray
+    method: str  # how steps and executions were linked
+    queued: int  # executions of the step program in flight when the trace began
+
+    @property
+    def linked(self) -> int:
+        """Steps whose device work was found."""
+        return int(np.isfinite(self.work_ns).sum())
+
+
+def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
+    """One row per execution on the device work lines: run_id, module, start, end, work."""
+    stats = trace.event_stats
+    ids = stats.loc[stats[S.STAT] == RUN_ID, [S.EVENT_ROW, S.INT_VALUE]]
+    if ids.empty:
+        return pd.DataFrame()
+    ev = trace.events
+    on_work = np.isin(ev.loc[ids[S.EVENT_ROW].to_numpy(), S.LINE_ROW].to_numpy(), work_rows)
+    ids = ids[on_work]
+    modules = stats.loc[stats[S.STAT] == HLO_MODULE, [S.EVENT_ROW, S.STR_VALUE]]
+    frame = ids.merge(modules, on=S.EVENT_ROW, how="inner")
+    if frame.empty:
+        return pd.DataFrame()
+    rows = frame[S.EVENT_ROW].to_numpy()
+    starts = ev[S.START_NS].to_numpy()[rows]
+    frame = pd.DataFrame(
+        {
+            RUN_ID: frame[S.INT_VALUE].to_numpy(),
+            "module": frame[S.STR_VALUE].astype(str).to_numpy(),
+            S.START_NS: starts,
+            "end_ns": starts + ev[S.DURATION_NS].to_numpy()[rows],
+        }
+    )
+    out = []
+    for (run_id, module), ops in frame.groupby([RUN_ID, "module"], sort=True):
+        busy = Intervals.union_of(ops[S.START_NS].to_numpy(), ops["end_ns"].to_numpy())
+        out.append((run_id, module, int(busy.starts[0]), int(busy.ends[-1]), busy.total))
+    return pd.DataFrame(out, columns=[RUN_ID, "module", S.START_NS, "end_ns", "work_ns"])
+
+
+def _offset(dispatch_ns: np.ndarray, exec_start_ns: np.ndarray) -> int | None:
+    """The smallest q >= 0 such that no execution k + q starts before dispatch k."""
+    n, m = len(dispatch_ns), len(exec_start_ns)
+    for q in range(min(m, _MAX_OFFSET) + 1):
+        k = min(n, m - q)
+        if k <= 0 or np.all(exec_start_ns[q : q + k] >= dispatch_ns[:k]):
+            return q
+    return None
+
+
+def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | None:
+    """Each step's device work from the executions it dispatched, or None when the trace
+    cannot link them (no execution ids, no dispatches on the training thread)."""
+    if steps.main_line_row is None or len(steps) == 0:
+        return None
+    execs = _executions(trace, work_rows)
+    if execs.empty:
+        return None
+    ev = trace.events
+    main = ev[ev[S.LINE_ROW] == steps.main_line_row]
+    names = main[S.NAME].astype(str)
+    fn = names.str.extract(_PJIT, expand=False)
+    calls = main[fn.notna().to_numpy()].assign(fn=fn[fn.notna()].to_numpy())
+    if calls.empty:
+        return None
+    calls = calls.sort_values(S.START_NS, kind="stable")
+    calls = calls[~nested(calls)]
+    work = np.zeros(len(steps), dtype=float)
+    found = False
+    queued = 0
+    step_of = np.searchsorted(steps.starts, calls[S.START_NS].to_numpy(), side="right") - 1
+    inside = (step_of >= 0) & (calls[S.START_NS].to_numpy() < steps.ends[np.maximum(step_of, 0)])
+    for name, group in calls.groupby("fn", sort=False):
+        runs = execs[execs["module"] == f"jit_{name}"]
+        if runs.empty:
+            continue
+        where = calls["fn"].to_numpy() == name
+        t = group[S.START_NS].to_numpy()
+        q = _offset(t, runs[S.START_NS].to_numpy())
+        if q is None:
+            continue
+        found = True
+        if len(t) and np.any(inside[where]):
+            queued = max(queued, q)
+        k = np.arange(len(t)) + q
+        have = k < len(runs)
+        per_call = np.where(have, runs["work_ns"].to_numpy()[np.minimum(k, len(runs) - 1)], np.nan)
+        s = step_of[where]
+        ok = inside[where]
+        np.add.at(work, s[ok], per_call[ok])
+    if not found:
+        return None
+    return StepWork(work_ns=work, method="run_id order per jitted program", queued=queued)
