@@ -14,9 +14,22 @@ the host memory, and the bytes per batch.
 - Never above the cores the process may use, nor what memory allows (each worker holds
   ``per_worker_buffer_size`` batches plus a Python process); say which limit binds.
 - Sync-bound runs keep their count (the pipeline already keeps up; removing the sync
-  comes first). Runs that keep up keep it too: their workers are not saturated, so one
-  capture cannot measure how many fewer would do (Grain's worker profiling would; it
-  does not reach the trace with jax 0.10 / grain 0.2.18).
+  comes first).
+
+When ``traceinspect capture`` measured the worker processes (its probe in each
+``mp_prefetch`` worker: time producing each element, time blocked on a full buffer, CPU
+time, RSS), the measurement replaces the assumptions (tf.data's autotune model: the target
+is one batch per device step; add parallelism until one is ready that often, within the CPU
+and RAM budgets):
+
+- ``W``: a worker's wall time to produce one batch (elements per batch included), measured;
+  ``N = ceil(W * HEADROOM / D)`` whether or not the run is input-bound, so a run that keeps
+  up with idle workers is told how many fewer would do, and the RAM that saves.
+- CPU share ``f``: the workers' CPU time over their producing time. Workers that wait on
+  reads (small ``f``) may outnumber the cores; CPU-bound ones cannot: the core cap is
+  ``floor(cores / f)``. The advice differs: more workers or read threads, ArrayRecord for
+  reads; cheaper or offline preprocessing, more hosts, for CPU.
+- Memory per worker: its measured RSS plus ``per_worker_buffer_size`` batches.
 """
 
 from __future__ import annotations
@@ -46,16 +59,62 @@ class WorkerInputs:
     bytes_per_batch: int | None
     per_worker_buffer_size: int | None
     read_threads: int | None
+    measured: WorkerMeasurement | None = None
+
+
+@dataclass(frozen=True)
+class WorkerMeasurement:
+    """The worker processes over the traced window, from capture's probe (times in ms)."""
+
+    workers: int
+    batch_ms: float  # one worker's wall time to produce one batch
+    cpu_share: float  # CPU time / producing time, 0..1
+    busy_share: float  # producing time / wall time, 0..1 (the rest: blocked or idle)
+    rss_bytes: int | None  # the largest worker's resident memory
+
+    @classmethod
+    def from_sidecar(cls, measured: dict[str, Any] | None) -> WorkerMeasurement | None:
+        if not measured:
+            return None
+        workers = [w for w in measured.get("workers", []) if w.get("timed_elements")]
+        elements = sum(int(w["elements"]) for w in workers)
+        produce = sum(float(w["produce_s"]) for w in workers)
+        wall = sum(float(w["wall_s"]) for w in workers)
+        if not workers or elements <= 0 or produce <= 0 or wall <= 0:
+            return None
+        batches = int(measured.get("batches") or 0)
+        per_batch = elements / batches if batches > 0 else 1.0
+        rss = [int(w["rss_bytes"]) for w in workers if w.get("rss_bytes")]
+        return cls(
+            workers=len(workers),
+            batch_ms=produce / elements * per_batch * 1000.0,
+            cpu_share=min(1.0, sum(float(w["cpu_s"]) for w in workers) / produce),
+            busy_share=min(1.0, produce / wall),
+            rss_bytes=max(rss) if rss else None,
+        )
+
+
+# A CPU share below this counts as "waiting on reads" in the advice.
+WAITING_SHARE = 0.5
+
+
+def _per_worker_bytes(inputs: WorkerInputs) -> int:
+    measured = inputs.measured
+    overhead = measured.rss_bytes if measured and measured.rss_bytes else WORKER_OVERHEAD_BYTES
+    return overhead + (inputs.bytes_per_batch or 0) * (inputs.per_worker_buffer_size or 1)
 
 
 def _limits(inputs: WorkerInputs) -> tuple[int | None, int | None]:
     by_cores = inputs.cpus if inputs.cpus else None
+    measured = inputs.measured
+    if by_cores is not None and measured is not None:
+        # Workers that wait on reads leave their core free while they wait.
+        by_cores = max(1, math.floor(by_cores / max(measured.cpu_share, 1 / 64)))
     by_memory = None
     if inputs.memory_available_bytes:
-        per_worker = WORKER_OVERHEAD_BYTES + (inputs.bytes_per_batch or 0) * (
-            inputs.per_worker_buffer_size or 1
+        by_memory = max(
+            1, int(inputs.memory_available_bytes * MEMORY_SHARE // _per_worker_bytes(inputs))
         )
-        by_memory = max(1, int(inputs.memory_available_bytes * MEMORY_SHARE // per_worker))
     return by_cores, by_memory
 
 
@@ -90,6 +149,8 @@ def recommend_workers(inputs: WorkerInputs) -> dict[str, Any]:
         )
         rec["bounded_by"] = "measurement"
         return rec
+    if inputs.measured is not None:
+        return _from_measurement(inputs, rec, inputs.measured)
     if inputs.verdict != "input-bound":
         where = f"{m} worker process(es)" if m else "the training process"
         rec["reason"] = (
@@ -136,6 +197,68 @@ def recommend_workers(inputs: WorkerInputs) -> dict[str, Any]:
     return rec
 
 
+def _from_measurement(
+    inputs: WorkerInputs, rec: dict[str, Any], measured: WorkerMeasurement
+) -> dict[str, Any]:
+    """The recommendation from the workers' measured cost per batch (see the module doc)."""
+    m = inputs.current or measured.workers
+    d = inputs.device_busy_ms
+    w = measured.batch_ms
+    needed = max(1, math.ceil(w * HEADROOM / d))
+    by_cores, by_memory = _limits(inputs)
+    value, bound = needed, None
+    if by_cores is not None and value > by_cores:
+        value, bound = by_cores, "cores"
+    if by_memory is not None and value > by_memory:
+        value, bound = by_memory, "memory"
+    cpu_ms = w * measured.cpu_share
+    cores = inputs.cpus or value
+    rec["value"] = value
+    rec["bounded_by"] = bound
+    rec["expected_step_ms"] = round(max(d, w / value, cpu_ms / cores), 3)
+    rec["measured"] = {
+        "batch_ms": round(w, 3),
+        "cpu_share": round(measured.cpu_share, 3),
+        "busy_share": round(measured.busy_share, 3),
+        "worker_rss_bytes": measured.rss_bytes,
+    }
+    waits = measured.cpu_share < WAITING_SHARE
+    kind = (
+        f"workers wait on reads ({measured.cpu_share:.0%} of their time on CPU)"
+        if waits
+        else f"workers are CPU-bound in preprocessing ({measured.cpu_share:.0%} of their time "
+        "on CPU)"
+    )
+    reason = (
+        f"measured in {measured.workers} worker process(es): one batch takes a worker "
+        f"{w:.2f} ms, and they were busy {measured.busy_share:.0%} of the window; the device "
+        f"needs one every {d:.2f} ms, so {needed} worker(s) with {HEADROOM - 1:.0%} headroom; "
+        f"{kind}"
+    )
+    if bound == "cores":
+        reason += (
+            f"; the {inputs.cpus} usable core(s) run at most {by_cores} such worker(s): "
+            "beyond that, make preprocessing cheaper or move it offline, or add hosts"
+        )
+    elif bound == "memory":
+        reason += (
+            f"; memory allows only {by_memory} worker(s) with their buffers: reduce "
+            "per_worker_buffer_size or the batch's size in memory"
+        )
+    elif waits and value > m:
+        reason += (
+            "; they may outnumber the cores since they mostly wait (more read threads, or "
+            "ArrayRecord files, make each read cheaper)"
+        )
+    if value < m:
+        saved = (m - value) * _per_worker_bytes(inputs)
+        reason += (
+            f"; {m - value} fewer worker(s) keep up and free about {saved / 2**20:,.0f} MiB of RAM"
+        )
+    rec["reason"] = reason
+    return rec
+
+
 def worker_inputs(
     verdict: str,
     step_ms: float,
@@ -167,4 +290,5 @@ def worker_inputs(
         bytes_per_batch=as_int(grain.get("bytes_per_batch")),
         per_worker_buffer_size=as_int(grain.get("per_worker_buffer_size")),
         read_threads=as_int(grain.get("read_threads")),
+        measured=WorkerMeasurement.from_sidecar(grain.get("workers_measured")),
     )
