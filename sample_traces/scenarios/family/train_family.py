@@ -1,0 +1,195 @@
+"""A JAX + Grain training loop whose per-record input cost and host reads are set by flags.
+
+The scenario family of ``make_family.py``: the same ~10 ms device step (an MLP on XLA's CPU
+backend, 2 cores) fed by a Grain pipeline shaped like MaxText's (source, a per-record
+``parse`` map, batch, read threads, ``mp_prefetch`` worker processes), where each record
+costs
+
+- ``io``: a 5 ms wait (sleep: a read that holds no core),
+- ``cpu``: 3 ms of CPU (a fixed amount, measured with ``time.thread_time``, so that
+  oversubscribed cores make it slower in wall time, as real decoding would be),
+- ``mix``: a 2.5 ms wait then 1.5 ms of CPU,
+- ``none``: nothing (records come from memory); ``light``: a 0.6 ms wait,
+
+and the loop reads the loss as a user would: never, every step (``float``, ``device_get``,
+``block``), the previous step's loss every step (``prev``), every 10th step (``every10``),
+or MaxText's metrics buffer (``buffer``: keep each step's metrics, read the previous
+step's every 10 steps). Run it by hand with::
+
+    python sample_traces/scenarios/family/train_family.py --record io --workers 2 --steps 200
+
+It prints one JSON line with every step's host start time (``--stats-json -``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+
+RECORDS_PER_BATCH = 8
+ROWS_PER_RECORD = 16  # a batch is 128 rows of 512 features
+FEATURES = 512
+HIDDEN = 768
+HIDDEN_LAYERS = 2
+POOL = 256  # distinct records; the source cycles through them
+
+# Per-record cost: (wait in ms, CPU in ms).
+RECORD_COSTS = {
+    "none": (0.0, 0.0),
+    "io": (5.0, 0.0),
+    "cpu": (0.0, 3.0),
+    "mix": (2.5, 1.5),
+    "light": (0.6, 0.0),  # ~5 ms of waiting per batch: half the device's step
+}
+READS = ("none", "float", "device_get", "block", "prev", "every10", "buffer")
+
+
+class Records(grain.sources.RandomAccessDataSource):  # type: ignore[name-defined,misc]
+    """Rows of a fixed random pool, as a file of fixed-size records would give them."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        rng = np.random.default_rng(0)
+        self._x = rng.standard_normal((POOL, ROWS_PER_RECORD, FEATURES), dtype=np.float32)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self._x[i % POOL]
+
+
+def burn_cpu(seconds: float) -> None:
+    """Use ``seconds`` of this thread's CPU time, however long that takes on the wall clock."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(200):
+            x += i * i
+
+
+class Parse(grain.transforms.Map):  # type: ignore[name-defined,misc]
+    """Stands for reading and decoding one record: a wait, CPU work, or both."""
+
+    def __init__(self, wait_ms: float, cpu_ms: float) -> None:
+        self._wait_s = wait_ms / 1000.0
+        self._cpu_s = cpu_ms / 1000.0
+
+    def map(self, element: np.ndarray) -> dict[str, np.ndarray]:
+        if self._wait_s:
+            time.sleep(self._wait_s)
+        if self._cpu_s:
+            burn_cpu(self._cpu_s)
+        return {"x": element, "y": (element.sum(axis=1) > 0).astype(np.float32)}
+
+
+def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> Any:
+    wait_ms, cpu_ms = RECORD_COSTS[record]
+    n = (steps + 64) * RECORDS_PER_BATCH
+    ds = (
+        grain.MapDataset.source(Records(n))
+        .map(Parse(wait_ms, cpu_ms))
+        .batch(RECORDS_PER_BATCH, drop_remainder=True)
+        .to_iter_dataset(grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=4))
+    )
+    if workers:
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    return iter(ds)
+
+
+Params = dict[str, Any]
+
+
+def init_params() -> Params:
+    keys = jax.random.split(jax.random.key(0), HIDDEN_LAYERS + 2)
+    return {
+        "w_in": jax.random.normal(keys[0], (FEATURES, HIDDEN)) * 0.03,
+        "hidden": [
+            jax.random.normal(k, (HIDDEN, HIDDEN)) * 0.03 for k in keys[1 : HIDDEN_LAYERS + 1]
+        ],
+        "w_out": jax.random.normal(keys[-1], (HIDDEN, 1)) * 0.03,
+    }
+
+
+@jax.jit
+def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
+    x = x.reshape(-1, FEATURES)
+    y = y.reshape(-1)
+
+    def loss_fn(p: Params) -> jax.Array:
+        h = jnp.tanh(x @ p["w_in"])
+        for w in p["hidden"]:
+            h = jnp.tanh(h @ w) + h
+        logits = (h @ p["w_out"])[:, 0]
+        return jnp.mean((logits - y) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+
+def train(record: str, workers: int, read_threads: int, read: str, steps: int) -> list[float]:
+    """Run ``steps`` steps; return each step's host start time (perf_counter, s) and, last,
+    the time the device finished the final step."""
+    params = init_params()
+    it = make_iterator(record, workers, read_threads, steps)
+    starts: list[float] = []
+    previous: jax.Array | None = None
+    metrics: list[jax.Array] = []  # MaxText's buffer: this step's metrics, read one step late
+    for step in range(steps):
+        starts.append(time.perf_counter())
+        batch = next(it)
+        params, loss = train_step(params, batch["x"], batch["y"])
+        if read == "float":
+            print(f"step {step} loss {float(loss):.4f}")
+        elif read == "device_get":
+            print(f"step {step} loss {jax.device_get(loss):.4f}")
+        elif read == "block":
+            loss.block_until_ready()
+        elif read == "prev":
+            if previous is not None:
+                print(f"step {step - 1} loss {float(previous):.4f}")
+            previous = loss
+        elif read == "every10" and step % 10 == 0:
+            print(f"step {step} loss {float(loss):.4f}")
+        elif read == "buffer":
+            if metrics and step % 10 == 0:
+                print(f"step {step - 1} loss {float(metrics[-1]):.4f}")
+            metrics = [loss]
+    jax.block_until_ready(params)
+    starts.append(time.perf_counter())
+    return starts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", choices=sorted(RECORD_COSTS), default="io")
+    parser.add_argument("--workers", type=int, default=1, help="mp_prefetch worker processes")
+    parser.add_argument("--read-threads", type=int, default=1, help="Grain ReadOptions threads")
+    parser.add_argument("--read", choices=READS, default="none", help="how the loss is read")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
+    args = parser.parse_args(argv)
+    flags.FLAGS.mark_as_parsed()  # Grain's worker processes read absl flags
+
+    starts = train(args.record, args.workers, args.read_threads, args.read, args.steps)
+    if args.stats_json:
+        text = json.dumps({"args": vars(args), "starts_s": starts})
+        if args.stats_json == "-":
+            print(text)
+        else:
+            Path(args.stats_json).write_text(text + "\n", encoding="utf-8")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
