@@ -110,6 +110,9 @@ class Analysis:
     #: Median device time per step inside collectives (all-reduce, all-gather, ...): part
     #: of the busy time, and in a multi-host run the time spent waiting for other hosts.
     collective_ms_per_step: float = 0.0
+    #: How the capture chose the window and whether it is representative of the run (from
+    #: the capture sidecar; None without one).
+    window: dict[str, Any] | None = None
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
@@ -162,6 +165,7 @@ class Analysis:
                 for g in gaps.itertuples()
             ],
             "notes": list(self.notes),
+            "window": self.window,
         }
 
     def _repr_html_(self) -> str:
@@ -233,6 +237,54 @@ def _drop_contextless_first_step(
         marker_names=steps.marker_names,
     )
     return trimmed, None
+
+
+# The traced window is representative when its mean host step time is within this share of
+# the untraced steps after it (the profiler itself slows CPU-backend steps by 5-20%).
+REPRESENTATIVE = 0.25
+_MIN_STEPS_AFTER = 5
+
+
+def _window_check(capture: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The capture's window (why it opened there) against the untraced steps after it."""
+    window = (capture or {}).get("window")
+    steps = (capture or {}).get("steps") or []
+    if not window:
+        return None, None
+    traced = [s["wall_ms"] for s in steps if s.get("traced") and s.get("wall_ms") is not None]
+    last = window.get("last_step")
+    after = [
+        s["wall_ms"]
+        for s in steps
+        if not s.get("traced")
+        and last is not None
+        and s["index"] > last
+        and s.get("wall_ms") is not None
+    ]
+    out: dict[str, Any] = {
+        "rule": window.get("rule"),
+        "reason": window.get("reason"),
+        "first_step": window.get("first_step"),
+        "last_step": last,
+        "traced_mean_ms": round(float(np.mean(traced)), 4) if traced else None,
+        "after_mean_ms": None,
+        "after_steps": len(after),
+        "representative": None,
+    }
+    if not traced or len(after) < _MIN_STEPS_AFTER:
+        return out, None
+    t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
+    out["after_mean_ms"] = round(a_mean, 4)
+    off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
+    out["representative"] = abs(off) <= REPRESENTATIVE
+    if out["representative"]:
+        return out, None
+    return out, (
+        f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps after "
+        f"them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not represent the run "
+        "(the pace changed, or the profiler slowed it); capture again, later in the run "
+        "(--skip-steps) or with more steps."
+    )
 
 
 def _check_own_work(trace: Trace, steps: Steps, work: StepWork | None) -> None:
@@ -506,7 +558,13 @@ def analyze(trace: Trace) -> Analysis:
             "ahead of the device, or host and device clocks are skewed); capture more steps."
         )
     if steps.dropped:
-        notes.append(f"{steps.dropped} partial step(s) at the edges of the trace left out.")
+        notes.append(
+            f"{steps.dropped} step(s) at the edges of the trace left out (partial, or idle "
+            "from the trace's start with nothing traced before to say why)."
+        )
+    window_info, window_note = _window_check(trace.capture)
+    if window_note:
+        notes.append(window_note)
     if len(trace.hosts) > 1:
         notes.append(
             f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "
@@ -530,6 +588,7 @@ def analyze(trace: Trace) -> Analysis:
         "per_step": per_step,
         "gaps": gaps,
         "notes": tuple(notes),
+        "window": window_info,
     }
     summary = _summary(verdict, top, fractions, input_per_step, busy_per_step)
     recommendations = _recommendations(

@@ -9,7 +9,8 @@ steps. So each step's device work is the work of the programs *it* launched:
   carries both; an execution's work is the union of its ops' time.
 - Dispatches: the training thread's outermost ``PjitFunction(<fn>)`` events, in order.
 - Link: the executions of ``jit_<fn>`` run in dispatch order (one device, one queue), so the
-  k-th dispatch of ``fn`` ran as the (k + q)-th execution of ``jit_<fn>`` in the trace, where
+  k-th dispatch of ``fn`` ran as the (k + q)-th execution of ``jit_<fn>`` in the trace (in
+  order of their start; run ids count up only within one compiled executable), where
   q counts the executions still queued from before the trace began. q is the smallest offset
   that no execution starts before its dispatch: exact as soon as the device went idle once in
   the trace (the execution after an idle period starts right after its dispatch), and
@@ -77,10 +78,13 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
         }
     )
     out = []
-    for (run_id, module), ops in frame.groupby([RUN_ID, "module"], sort=True):
+    for (run_id, module), ops in frame.groupby([RUN_ID, "module"], sort=False):
         busy = Intervals.union_of(ops[S.START_NS].to_numpy(), ops["end_ns"].to_numpy())
         out.append((run_id, module, int(busy.starts[0]), int(busy.ends[-1]), busy.total))
-    return pd.DataFrame(out, columns=[RUN_ID, "module", S.START_NS, "end_ns", "work_ns"])
+    # In execution order: run ids count up for one executable but not across recompiled
+    # ones (sample_traces/scenarios/recompiling), and one device runs its queue in order.
+    table = pd.DataFrame(out, columns=[RUN_ID, "module", S.START_NS, "end_ns", "work_ns"])
+    return table.sort_values(S.START_NS, kind="stable", ignore_index=True)
 
 
 def _offset(dispatch_ns: np.ndarray, exec_start_ns: np.ndarray) -> int | None:
@@ -135,4 +139,4 @@ def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | N
         np.add.at(work, s[ok], per_call[ok])
     if not found:
         return None
-    return StepWork(work_ns=work, method="run_id order per jitted program", queued=queued)
+    return StepWork(work_ns=work, method="execution order per jitted program", queued=queued)

@@ -23,7 +23,9 @@ batches drawn from a Grain iterator on the main thread (the outermost ``__next__
 from calls of the jitted function that first reaches the first traced step (the most
 dispatched one); else a time window (``delay_s`` after start, ``duration_s`` long). A step
 runs from its start to the start of the next one, so the window ``[first, first + steps)``
-closes when step ``first + steps`` starts.
+closes when step ``first + steps`` starts (or ``window_max_s`` after it opened, once it holds
+5 steps). It opens after ``skip_steps`` steps when that is given, else once the run is steady
+(``_child.STEADY_*``: block means of the host step times agree), or after ``max_wait_s``.
 
 Trace annotations added inside the window (host plane, main thread):
 
@@ -51,12 +53,13 @@ Sidecar fields (``traceinspect.capture.json`` or ``<host>.traceinspect.capture.j
   ``stopped_by_traceinspect`` (``--stop-after`` ended the run)
 - ``step_source`` (``annotation`` | ``grain`` | ``jit`` | ``time`` | null) and
   ``step_source_detail`` (e.g. ``StepTraceAnnotation 'train'``)
-- ``window``: ``skip_steps``, ``requested_steps``, ``first_step``, ``last_step`` (0-based step
-  indices of the source), ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
-- ``steps``: one entry per step from the start to the one that closed the window (at most
-  10,000): ``index``, ``step_num`` (the script's, or null), ``start_unix_ns``, ``wall_ms``
-  (host time to the next step's start, null for the last), ``traced``; ``steps_seen``: all
-  steps of that source counted in the whole run
+- ``window``: ``skip_steps`` (null: the steady-state rule), ``rule`` (``steady`` |
+  ``time_bound`` | ``skip`` | null), ``reason`` (a sentence: why it opened there),
+  ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
+  ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
+- ``steps``: one entry per step of the whole run (at most 10,000): ``index``, ``step_num``
+  (the script's, or null), ``start_unix_ns``, ``wall_ms`` (host time to the next step's
+  start, null for the last), ``traced``; ``steps_seen``: all steps of that source counted
 - ``profiler``: ``host_tracer_level``, ``python_tracer_level``, ``device_tracer_level``,
   ``device_tracer_level_applied`` (false when this jaxlib has no such option),
   ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
@@ -68,7 +71,11 @@ Sidecar fields (``traceinspect.capture.json`` or ``<host>.traceinspect.capture.j
 - ``grain`` (null when the script never imported grain): ``workers_override``,
   ``worker_count``, ``per_worker_buffer_size``, ``read_threads``,
   ``read_prefetch_buffer_size``, ``batch_size``, ``bytes_per_batch`` (the last setting of each
-  seen before the window opened), and ``observed``: every Grain construction seen, in order
+  seen before the window opened), ``workers_measured`` (null without ``mp_prefetch`` workers:
+  ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
+  ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
+  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
+  ``timed_elements``), and ``observed``: every Grain construction seen, in order
 - ``options``: the capture options used; ``notes``: anything else worth knowing
 
 This package imports only the standard library; jax and grain are used in the child process.

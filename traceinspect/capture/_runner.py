@@ -129,7 +129,8 @@ class CaptureResult:
         ]
         mean = f", mean step {sum(walls) / len(walls):.1f} ms" if walls else ""
         state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
-        return f"{what}{mean}{state}; script exit code {self.exit_code}"
+        why = f"; {window['reason']}" if self.trace_paths and window.get("reason") else ""
+        return f"{what}{mean}{state}{why}; script exit code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

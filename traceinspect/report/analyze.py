@@ -12,8 +12,18 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
     s = a.steps
     out.append(
         f"Steps     {s.count} complete steps from {s.source}; median {s.median_ms:,.2f} ms, "
-        f"p90 {s.p90_ms:,.2f} ms"
+        f"p90 {s.p90_ms:,.2f} ms, mean {s.mean_ms:,.2f} ms"
+        + (" (bursty: figures use the mean)" if s.bursty else "")
     )
+    w = a.window
+    if w and w.get("reason"):
+        rep = ""
+        if w.get("representative") is not None:
+            rep = (
+                f"; the {w['after_steps']} untraced steps after it ran at "
+                f"{w['after_mean_ms']:,.2f} ms/step"
+            )
+        out.append(f"Window    {w['reason']}{rep}")
     out.append(
         f"Device    busy {a.busy_fraction:.1%} of step time, idle {a.idle_fraction:.1%}; "
         f"device work {a.device_busy_ms_per_step:,.2f} ms/step, training thread in input "
