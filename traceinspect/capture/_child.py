@@ -1116,11 +1116,16 @@ def _worker_probe(
 
     pid = _os.getpid()
     lock = _threading.Lock()
-    state = {"elements": 0, "produce_ns": 0, "blocked_ns": 0, "since": _time.perf_counter_ns()}
+    state: dict[str, Any] = {
+        "elements": 0,
+        "produce_ns": 0,
+        "blocked_ns": 0,
+        "since": _time.perf_counter_ns(),
+    }
     phase = ["produce"]
     timed = False
     module = _sys.modules.get("grain._src.python.dataset.transformations.process_prefetch")
-    queue_mod = getattr(module, "grain_queue", None)
+    queue_mod: Any = getattr(module, "grain_queue", None)
     real_put = getattr(queue_mod, "add_element_to_queue", None)
     if real_put is not None:
 

@@ -1,0 +1,59 @@
+"""The default window on real runs: opened once steady, after the fill phase, with the whole
+run's step times and the Grain workers measured over it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import TRAIN, read_sidecar
+
+from traceinspect.capture import CaptureOptions, run_capture
+
+pytestmark = pytest.mark.slow
+
+
+def _default_capture(logdir: Path, *args: str) -> tuple[object, dict]:  # type: ignore[type-arg]
+    result = run_capture([sys.executable, str(TRAIN), *args], CaptureOptions(logdir=str(logdir)))
+    return result, read_sidecar(result)
+
+
+def test_the_default_window_opens_once_steady_and_measures_the_worker(tmp_path: Path) -> None:
+    # One worker makes each batch of 16 records, 2 ms each (on 2 read threads): ~16 ms a batch,
+    # far slower than the tiny model's step, so the loop is paced by its input once the
+    # batches buffered during compilation are used up.
+    result, sidecar = _default_capture(
+        tmp_path / "logs", "--steps", "150", "--delay-ms", "2", "--workers", "1"
+    )
+    assert result.exit_code == 0 and not result.partial  # type: ignore[attr-defined]
+    window = sidecar["window"]
+    assert window["rule"] == "steady" and window["skip_steps"] is None
+    assert window["complete"] and window["last_step"] - window["first_step"] == 19
+    # Three blocks of at least 0.5 s of ~16 ms steps settled before the window.
+    assert window["first_step"] >= 3 * 0.5 / 0.016
+    assert window["reason"].startswith("steady from step ")
+    assert window["reason"].endswith(f"traced from step {window['first_step']}")
+    # Every step of the run is kept, before, in and after the window.
+    steps = sidecar["steps"]
+    assert [s["index"] for s in steps] == list(range(150))
+    assert sum(s["traced"] for s in steps) == 20
+    # The worker measured over the window: it made the batches the loop drew, and spent the
+    # window producing them (its 2 read threads sleep, so little of it on CPU).
+    measured = sidecar["grain"]["workers_measured"]
+    assert measured["batches"] == 20
+    (worker,) = measured["workers"]
+    assert worker["timed_elements"] is True and worker["index"] == 0
+    assert abs(worker["elements"] - 20) <= 2
+    assert worker["produce_s"] >= 0.8 * worker["wall_s"]
+    assert worker["cpu_s"] < 0.5 * worker["produce_s"]
+    assert worker["rss_bytes"] > 50 << 20
+
+
+def test_a_run_that_ends_before_it_is_steady_says_how_to_trace_it(tmp_path: Path) -> None:
+    result, sidecar = _default_capture(tmp_path / "logs", "--steps", "6")
+    assert result.exit_code == 0 and result.partial  # type: ignore[attr-defined]
+    assert not result.trace_paths  # type: ignore[attr-defined]
+    (reason,) = sidecar["partial_reasons"]
+    assert "before the window opened (6 step(s) seen, not yet steady" in reason
+    assert "give --skip-steps N" in reason
