@@ -119,18 +119,57 @@ SCENARIOS = {
     # Each record sleeps 0.5 ms, read on the main thread (no read threads): 16 ms of input
     # per batch against ~3 ms of device work.
     "cpu_mlp_slow_input": {"delay_s": 0.0005, "sync": False, "read_threads": 0},
-    # print(float(loss)) every step: the host waits for the device each step.
-    "cpu_mlp_sync_every_step": {"delay_s": 0.0, "sync": True, "read_threads": 0},
+    # print(float(loss)) every step: the host waits for the device each step, then fetches
+    # (from 2 read threads' buffer) and dispatches the next while the device idles.
+    "cpu_mlp_sync_every_step": {"delay_s": 0.0, "sync": True, "read_threads": 2},
 }
+
+
+def pace(*, delay_s: float, sync: bool, read_threads: int, steps: int = 200) -> float:
+    """Mean step time (ms) from step WARMUP_STEPS to the drained end, without the profiler."""
+    params = _params()
+    options = grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=4)
+    ds = grain.MapDataset.source(SlowSource(10_000, delay_s)).batch(BATCH)
+    it = iter(ds.to_iter_dataset(options).map(lambda b: b))
+    start = 0.0
+    for step in range(steps):
+        if step == WARMUP_STEPS:
+            start = time.perf_counter()
+        batch = next(it)
+        params, loss = train_step(params, batch["x"], batch["y"])
+        if sync:
+            float(loss)
+    jax.block_until_ready(params)
+    return (time.perf_counter() - start) * 1000 / (steps - WARMUP_STEPS)
+
+
+def measure(repeats: int) -> None:
+    """Each sample's pace with its cause and without it (no profiler), best of repeats."""
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, settings in SCENARIOS.items():
+            runs.setdefault(name, []).append(pace(**settings))  # type: ignore[arg-type]
+        runs.setdefault("device_reference", []).append(
+            pace(delay_s=0.0, sync=False, read_threads=2)
+        )
+        runs.setdefault("slow_input_without_delay", []).append(
+            pace(delay_s=0.0, sync=False, read_threads=0)
+        )
+    for name, values in runs.items():
+        print(f"{name}: best {min(values):.2f} ms/step ({', '.join(f'{v:.2f}' for v in values)})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--measure", type=int, metavar="REPEATS", help="time without the profiler")
     parser.add_argument("names", nargs="*", default=list(SCENARIOS))
     args = parser.parse_args()
     flags.FLAGS.mark_as_parsed()
+    if args.measure:
+        measure(args.measure)
+        return
     for name in args.names:
         path = run(name, steps=args.steps, logdir=args.out, **SCENARIOS[name])  # type: ignore[arg-type]
         print(f"{path}: {path.stat().st_size:,} bytes", file=sys.stderr)

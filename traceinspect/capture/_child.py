@@ -122,6 +122,10 @@ class _Source:
 
 
 _MIN_WINDOW_STEPS = 5
+# The default window: at least DEFAULT_STEPS steps and at least WINDOW_MIN_S long (more steps
+# when steps are short); an explicit --steps N traces exactly N.
+DEFAULT_STEPS = 20
+WINDOW_MIN_S = 1.0
 
 
 class _Steady:
@@ -202,7 +206,10 @@ class _Capture:
         self.phase = _WAITING
         skip = config.get("skip_steps")
         self.skip: int | None = None if skip is None else int(skip)
-        self.steps = int(config["steps"])
+        # None: the default window, DEFAULT_STEPS steps and at least WINDOW_MIN_S long.
+        requested = config.get("steps")
+        self.steps = DEFAULT_STEPS if requested is None else int(requested)
+        self.window_min_s = WINDOW_MIN_S if requested is None else 0.0
         self.max_wait_s = float(config.get("max_wait_s") or 120.0)
         self.window_max_s = float(config.get("window_max_s") or 60.0)
         self.steady: _Steady | None = None
@@ -216,6 +223,7 @@ class _Capture:
         self.sources: dict[tuple[str, str], _Source] = {}
         self.chosen: _Source | None = None
         self.window_first: int | None = None
+        self.window_end: int | None = None  # the step whose start closed the window
         self.window_complete = False
         self.trace_start_ns: int | None = None
         self.trace_stop_ns: int | None = None
@@ -294,12 +302,13 @@ class _Capture:
                     self._enter_step_annotation(index, step_num)
             elif self.phase == _TRACING and self.window_first is not None:
                 traced = index - self.window_first
-                long_enough = (
-                    self.trace_start_ns is not None
-                    and now - self.trace_start_ns >= self.window_max_s * 1e9
-                    and traced >= _MIN_WINDOW_STEPS
-                )
-                if traced >= self.steps or long_enough:
+                elapsed_s = (now - (self.trace_start_ns or now)) / 1e9
+                long_enough = elapsed_s >= self.window_max_s and traced >= _MIN_WINDOW_STEPS
+                # At least WINDOW_MIN_S long: enough bursts of a worker pipeline, and enough
+                # time for the worker probes' 50 ms counters to measure a rate.
+                enough = traced >= self.steps and elapsed_s >= self.window_min_s
+                if enough or long_enough:
+                    self.window_end = index
                     if traced < self.steps:
                         self.notes.append(
                             f"the window closed after {traced} step(s), its time limit of "
@@ -445,8 +454,8 @@ class _Capture:
         if self.chosen is None or self.window_first is None:
             return None
         seen_last = self.chosen.count - 1
-        if self.window_complete:
-            return self.window_first + self.steps - 1
+        if self.window_complete and self.window_end is not None:
+            return self.window_end - 1
         return max(self.window_first, seen_last)
 
     # -- time window --------------------------------------------------------------------------
@@ -659,7 +668,7 @@ class _Capture:
 
     def _workers_measured(self) -> dict[str, Any] | None:
         """Each worker's activity over the window: counter differences between its open and
-        close (each worker's own clock: a probe writes every ~0.1 s)."""
+        close (each worker's own clock: a probe writes every ~50 ms)."""
         start = self.worker_snapshots.get("open")
         stop = self.worker_snapshots.get("close")
         if not start or not stop:
@@ -1100,7 +1109,7 @@ def _worker_probe(
     is ``grain_queue.add_element_to_queue``; wrapped here, the time between two puts is the
     time spent producing, and the time inside one is the time blocked on a full buffer (the
     consumer did not need the element yet). A thread writes the counters, with the process's
-    CPU time and memory, to ``stats_dir/worker-<index>-<pid>.json`` every 0.1 s; the training
+    CPU time and memory, to ``stats_dir/worker-<index>-<pid>.json`` every 50 ms; the training
     process reads them when the trace window opens and closes.
 
     Self-contained (imports inside, no module globals) because it is pickled by value.
@@ -1182,7 +1191,7 @@ def _worker_probe(
                 write()
             except OSError:
                 return
-            _time.sleep(0.1)
+            _time.sleep(0.05)
 
     _threading.Thread(target=loop, name="traceinspect-worker-probe", daemon=True).start()
 

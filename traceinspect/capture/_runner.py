@@ -33,7 +33,8 @@ class CaptureOptions:
     logdir: str = "traceinspect_logs"
     #: None: open the window once the run is steady (see ``_child.STEADY_*``); N: after N steps.
     skip_steps: int | None = None
-    steps: int = 20
+    #: None: at least 20 steps and at least 1 s (``_child.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
+    steps: int | None = None
     #: With the steady-state rule: open the window after this long even if not yet steady.
     max_wait_s: float = 120.0
     #: Close the window after this long even before ``steps`` steps (at least 5 traced).
@@ -63,7 +64,7 @@ class CaptureOptions:
     def check(self) -> None:
         _check_name("--run-name", self.run_name)
         _check_name("--host-name", self.host_name)
-        if self.steps < 1:
+        if self.steps is not None and self.steps < 1:
             raise CaptureError(f"--steps must be at least 1, got {self.steps}")
         if self.skip_steps is not None and self.skip_steps < 0:
             raise CaptureError(f"--skip-steps must be 0 or more, got {self.skip_steps}")

@@ -61,7 +61,13 @@ def _analysis(result: CaptureResult) -> Analysis | str:
     help="Trace after exactly N steps. Default: once the run is steady (compilation done, "
     "prefetch buffers drained, step times no longer trending), which the summary explains.",
 )
-@click.option("--steps", default=20, show_default=True, help="Steps to trace.")
+@click.option(
+    "--steps",
+    type=int,
+    default=None,
+    help="Steps to trace. Default: 20, and more when steps are short, so the window lasts at "
+    "least 1 s (several bursts of a worker pipeline).",
+)
 @click.option(
     "--max-wait",
     "max_wait_s",
@@ -98,7 +104,7 @@ def capture(
     run_name: str | None,
     host_name: str | None,
     skip_steps: int | None,
-    steps: int,
+    steps: int | None,
     max_wait_s: float,
     window_max_s: float,
     stop_after: bool,

@@ -78,7 +78,12 @@ def _progress(event: SweepProgress) -> None:
     help="Trace each run after exactly N steps. Default: capture's steady-state window "
     "(compilation done, prefetch buffers drained, step times no longer trending).",
 )
-@click.option("--steps", default=20, show_default=True, help="Steps to trace per run.")
+@click.option(
+    "--steps",
+    type=int,
+    default=None,
+    help="Steps to trace per run. Default: capture's (20, and at least 1 s).",
+)
 @click.option(
     "--stop-after/--no-stop-after",
     default=True,
@@ -111,7 +116,7 @@ def sweep(
     timeout_s: float,
     logdir: str,
     skip_steps: int | None,
-    steps: int,
+    steps: int | None,
     stop_after: bool,
     profiler: ProfilerSettings,
     tolerance: float,
