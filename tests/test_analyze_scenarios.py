@@ -92,13 +92,15 @@ def test_public_traces(name: str, backend: str, verdict: str) -> None:
 @pytest.mark.parametrize("path", sorted(Path(SCENARIOS.parent).glob("*.xplane.pb")), ids=str)
 def test_bundled_samples_analyse(path: Path) -> None:
     trace = traceinspect.load(path)
-    if "fast_input" in path.name:
+    if "window_after_compile" in path.name:
         # 8 steps dispatched in 2 ms, the device's work all after them: nothing to judge.
         with pytest.raises(AnalysisError, match="dispatched all 8 traced steps before"):
             analyze(trace)
         return
     a = analyze(trace)
-    assert a.steps.count == 8
+    # 8 traced steps; the first is left out when the device was idle from the trace's start.
+    assert a.steps.count + a.steps.dropped == 8
+    assert a.steps.count >= 7
     assert a.verdict in {"input-bound", "sync-bound", "host-bound", "device-bound"}
 
 

@@ -167,12 +167,12 @@ def test_cli_sample_pair() -> None:
     assert result.exit_code == 0, result.output
     d = json.loads(result.output)
     assert (d["before"]["verdict"], d["after"]["verdict"]) == ("sync-bound", "device-bound")
-    assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (22.2902, 10.7223)
-    assert d["change"]["median_ms"] == pytest.approx(10.7223 - 22.2902, abs=1e-4)
-    assert d["change"]["median_pct"] == -51.9
+    assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (21.9326, 10.452)
+    assert d["change"]["median_ms"] == pytest.approx(10.452 - 21.9326, abs=1e-4)
+    assert d["change"]["median_pct"] == -52.34
     assert d["before"]["idle_by_cause_ms_per_step"]["sync"] > 7
     assert d["after"]["idle_by_cause_ms_per_step"]["sync"] == 0.0
-    assert d["finding"].startswith("Step time fell 52% (22.29 -> 10.72 ms): sync idle time")
+    assert d["finding"].startswith("Step time fell 52% (21.93 -> 10.45 ms): sync idle time")
     assert d["finding"].endswith("verdict sync-bound -> device-bound.")
 
     text = runner.invoke(main, ["compare", before, after])
@@ -180,7 +180,7 @@ def test_cli_sample_pair() -> None:
     lines = text.output.splitlines()
     assert lines[0] == d["finding"]
     assert any(line.split()[:3] == ["Verdict", "sync-bound", "device-bound"] for line in lines)
-    assert any(line.split()[:3] == ["sync", "7.57", "0.00"] for line in lines)
+    assert any(line.split()[:3] == ["sync", "7.43", "0.00"] for line in lines)
 
 
 def test_cli_runs_of_one_logdir(tmp_path: Path) -> None:
@@ -214,4 +214,4 @@ def test_cli_compare_accepts_urls() -> None:
     result = CliRunner().invoke(main, ["compare", before, after, "--json"])
     assert result.exit_code == 0, result.output
     d = json.loads(result.output)
-    assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (22.2902, 10.7223)
+    assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (21.9326, 10.452)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import traceinspect
+from traceinspect.errors import AnalysisError
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces"
 MANIFEST = json.loads((ROOT / "manifest.json").read_text(encoding="utf-8"))
@@ -32,7 +33,12 @@ def test_every_bundled_trace_is_in_the_manifest_once() -> None:
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "pod" not in e], ids=lambda e: e["path"])
 def test_bundled_trace_gets_its_verdict(entry: dict[str, Any]) -> None:
-    analysis = traceinspect.analyze(traceinspect.load(ROOT / entry["path"], use_cache=False))
+    trace = traceinspect.load(ROOT / entry["path"], use_cache=False)
+    if "error" in entry:
+        with pytest.raises(AnalysisError, match=entry["error"]):
+            traceinspect.analyze(trace)
+        return
+    analysis = traceinspect.analyze(trace)
     assert analysis.verdict == entry["verdict"], analysis.summary
     knee_of = entry.get("knee_of")
     if knee_of is not None:

@@ -375,7 +375,9 @@ def test_real_cpu_pod_names_the_slowed_host() -> None:
     pod = analyze_run(POD_SAMPLES / "straggler", jobs=2)
     s = pod.straggler
     assert s is not None and s.host == "host2" and s.confirmed
-    assert s.starved_steps == s.aligned_steps == 20
+    # 20 steps traced per host; a host whose device sat idle from its trace's start leaves its
+    # first step out (capture opened the trace at that step's boundary: no context).
+    assert s.starved_steps == s.aligned_steps == 19
     assert s.input_wait_ms_per_step > 20 and s.others_input_wait_ms_per_step < 1
     assert s.others_collective_ms_per_step - s.collective_ms_per_step > 0.5 * (
         s.input_wait_ms_per_step
@@ -389,7 +391,7 @@ def test_real_cpu_pod_names_the_slowed_host() -> None:
 def test_real_cpu_pod_without_a_slow_host_has_no_straggler() -> None:
     pod = analyze_run(POD_SAMPLES / "balanced", jobs=1)
     assert pod.straggler is None and pod.verdict != "straggler"
-    assert len(pod.per_step) == 20
+    assert len(pod.per_step) == 19
 
 
 def test_pod_behind_a_url(tmp_path: Path) -> None:

@@ -46,8 +46,8 @@ def test_grain_batches_are_steps_and_the_window_is_steps_2_to_6(tmp_path: Path) 
     window = sidecar["window"]
     assert (window["first_step"], window["last_step"], window["complete"]) == (2, 6, True)
     assert traced_indices(sidecar) == [2, 3, 4, 5, 6]
-    # Kept up to the step whose start closed the window; all counted.
-    assert len(sidecar["steps"]) == 8 and sidecar["steps_seen"] == 10
+    # Every step of the run is kept (the whole run's pace, before and after the window).
+    assert len(sidecar["steps"]) == 10 and sidecar["steps_seen"] == 10
     assert all(s["wall_ms"] > 0 for s in sidecar["steps"][:-1])
     assert window["trace_start_unix_ns"] < window["trace_stop_unix_ns"]
 
@@ -77,7 +77,7 @@ def test_step_trace_annotation_wins_and_syncs_are_marked(tmp_path: Path) -> None
     sidecar = read_sidecar(result)
     assert sidecar["step_source"] == "annotation"
     assert sidecar["step_source_detail"] == "StepTraceAnnotation 'train'"
-    assert [s["step_num"] for s in sidecar["steps"]] == list(range(8))
+    assert [s["step_num"] for s in sidecar["steps"]] == list(range(9))
     assert traced_indices(sidecar) == [2, 3, 4, 5, 6]
 
     events = trace_events(result.trace_paths[0])

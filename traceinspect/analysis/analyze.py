@@ -217,11 +217,15 @@ def _step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
 def _drop_contextless_first_step(
     trace: Trace, steps: Steps, busy: Intervals
 ) -> tuple[Steps, str | None]:
-    """Leave out the first step when the device was idle from the start of the trace until
-    after that step began: what opened that idle period (a read of the step before, a batch
-    fetch) happened before the trace started, so its cause cannot be known, and one
-    context-less step must not flip a verdict."""
-    if len(steps) < 3:
+    """Leave out the first step of a window that ``traceinspect capture`` opened when the
+    device was idle from the start of the trace until after that step began. capture starts
+    the trace at a step boundary, so the end of the step before (where a blocking read would
+    be) is never in the trace: what opened that idle period cannot be known, and one
+    context-less step must not flip a verdict (a loop reading every step was judged
+    input-bound in 1 of 3 captures for this). A trace started elsewhere usually begins
+    mid-step, and the partial step already left out gives the first complete one its
+    context."""
+    if len(steps) < 3 or not (trace.capture or {}).get("window"):
         return steps, None
     first = int(steps.starts[0])
     before = busy.clip(trace.start_ns, first + 1)

@@ -71,6 +71,9 @@ class WorkerMeasurement:
     cpu_share: float  # CPU time / producing time, 0..1
     busy_share: float  # producing time / wall time, 0..1 (the rest: blocked or idle)
     rss_bytes: int | None  # the largest worker's resident memory
+    #: CPU time per step of the whole host side: the training process (on XLA's CPU backend
+    #: that includes the device's own work) plus the workers' CPU per batch (ms).
+    host_cpu_ms_per_step: float | None = None
 
     @classmethod
     def from_sidecar(cls, measured: dict[str, Any] | None) -> WorkerMeasurement | None:
@@ -85,17 +88,28 @@ class WorkerMeasurement:
         batches = int(measured.get("batches") or 0)
         per_batch = elements / batches if batches > 0 else 1.0
         rss = [int(w["rss_bytes"]) for w in workers if w.get("rss_bytes")]
+        workers_cpu = sum(float(w["cpu_s"]) for w in workers)
+        main_cpu = measured.get("main_process_cpu_s")
+        host_cpu = (
+            (float(main_cpu) + workers_cpu) / batches * 1000.0
+            if isinstance(main_cpu, (int, float)) and batches > 0
+            else None
+        )
         return cls(
             workers=len(workers),
             batch_ms=produce / elements * per_batch * 1000.0,
-            cpu_share=min(1.0, sum(float(w["cpu_s"]) for w in workers) / produce),
+            cpu_share=min(1.0, workers_cpu / produce),
             busy_share=min(1.0, produce / wall),
             rss_bytes=max(rss) if rss else None,
+            host_cpu_ms_per_step=host_cpu,
         )
 
 
 # A CPU share below this counts as "waiting on reads" in the advice.
 WAITING_SHARE = 0.5
+# Workers that deliver within this factor of the fastest possible step are enough: the
+# tolerance that defines the measured knee (the smallest count within 10% of the best).
+KNEE_TOLERANCE = 1.10
 
 
 def _per_worker_bytes(inputs: WorkerInputs) -> int:
@@ -202,9 +216,22 @@ def _from_measurement(
 ) -> dict[str, Any]:
     """The recommendation from the workers' measured cost per batch (see the module doc)."""
     m = inputs.current or measured.workers
-    d = inputs.device_busy_ms
     w = measured.batch_ms
+    # The step can go no faster than the device's work, nor than the host's CPU work per
+    # step spread over its cores (the CPU floor: on the scenario family it matched the best
+    # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
+    floor = (
+        measured.host_cpu_ms_per_step / inputs.cpus
+        if measured.host_cpu_ms_per_step is not None and inputs.cpus
+        else 0.0
+    )
+    d = max(inputs.device_busy_ms, floor)
     needed = max(1, math.ceil(w * HEADROOM / d))
+    enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
+    if enough:
+        # The workers in use already deliver a batch within the knee's tolerance of the
+        # fastest step this host can run: more would not help.
+        needed = m
     by_cores, by_memory = _limits(inputs)
     value, bound = needed, None
     if by_cores is not None and value > by_cores:
@@ -221,6 +248,7 @@ def _from_measurement(
         "cpu_share": round(measured.cpu_share, 3),
         "busy_share": round(measured.busy_share, 3),
         "worker_rss_bytes": measured.rss_bytes,
+        "host_cpu_floor_ms": round(floor, 3) if floor else None,
     }
     waits = measured.cpu_share < WAITING_SHARE
     kind = (
@@ -229,11 +257,21 @@ def _from_measurement(
         else f"workers are CPU-bound in preprocessing ({measured.cpu_share:.0%} of their time "
         "on CPU)"
     )
+    paced_by = (
+        f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
+        f"{inputs.cpus} core(s)) allows a step every {d:.2f} ms at best"
+        if floor > inputs.device_busy_ms
+        else f"the device needs one every {d:.2f} ms"
+    )
+    sized = (
+        f"{m} already deliver one every {w / m:.2f} ms, within {KNEE_TOLERANCE - 1:.0%} of that"
+        if enough
+        else f"so {needed} worker(s) with {HEADROOM - 1:.0%} headroom"
+    )
     reason = (
         f"measured in {measured.workers} worker process(es): one batch takes a worker "
-        f"{w:.2f} ms, and they were busy {measured.busy_share:.0%} of the window; the device "
-        f"needs one every {d:.2f} ms, so {needed} worker(s) with {HEADROOM - 1:.0%} headroom; "
-        f"{kind}"
+        f"{w:.2f} ms, and they were busy {measured.busy_share:.0%} of the window; {paced_by}; "
+        f"{sized}; {kind}"
     )
     if bound == "cores":
         reason += (

@@ -170,7 +170,18 @@ def verify(names: list[str], repeats: int) -> None:
         print(f"== {name}: {verdicts} (most common {counts})", flush=True)
 
 
-BUNDLED = ["io_w1", "cpu_w1", "mix_w1", "read_float_w0", "read_prev_w2"]
+BUNDLED = [
+    "io_w1",
+    "cpu_w1",
+    "mix_w1",
+    "io_w3",
+    "read_float_w0",
+    "read_device_get_w0",
+    "read_block_w0",
+    "read_prev_w0",
+    "read_every10_w0",
+    "read_buffer_w2",
+]
 
 
 def main() -> None:
