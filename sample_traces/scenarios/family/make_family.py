@@ -174,7 +174,7 @@ BUNDLED = [
     "io_w1",
     "cpu_w1",
     "mix_w1",
-    "io_w3",
+    "io_w4",
     "read_float_w0",
     "read_device_get_w0",
     "read_block_w0",
