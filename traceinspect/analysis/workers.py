@@ -132,6 +132,18 @@ def _limits(inputs: WorkerInputs) -> tuple[int | None, int | None]:
     return by_cores, by_memory
 
 
+def _capped(inputs: WorkerInputs, needed: int) -> tuple[int, str | None, int | None, int | None]:
+    """``needed`` within the core and memory limits: (value, the limit that bound it or
+    None, the core limit, the memory limit)."""
+    by_cores, by_memory = _limits(inputs)
+    value, bound = needed, None
+    if by_cores is not None and value > by_cores:
+        value, bound = by_cores, "cores"
+    if by_memory is not None and value > by_memory:
+        value, bound = by_memory, "memory"
+    return value, bound, by_cores, by_memory
+
+
 def recommend_workers(inputs: WorkerInputs) -> dict[str, Any]:
     """The ``grain_worker_count`` recommendation, as it appears in ``analyze --json``."""
     current = inputs.current
@@ -178,12 +190,7 @@ def recommend_workers(inputs: WorkerInputs) -> dict[str, Any]:
     # Cost of one batch for one worker.
     cost = m * inputs.step_ms if m >= 1 else inputs.input_wait_ms
     needed = max(1, math.ceil(cost * HEADROOM / d))
-    by_cores, by_memory = _limits(inputs)
-    value, bound = needed, None
-    if by_cores is not None and value > by_cores:
-        value, bound = by_cores, "cores"
-    if by_memory is not None and value > by_memory:
-        value, bound = by_memory, "memory"
+    value, bound, by_cores, by_memory = _capped(inputs, needed)
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
@@ -232,12 +239,7 @@ def _from_measurement(
         # The workers in use already deliver a batch within the knee's tolerance of the
         # fastest step this host can run: more would not help.
         needed = m
-    by_cores, by_memory = _limits(inputs)
-    value, bound = needed, None
-    if by_cores is not None and value > by_cores:
-        value, bound = by_cores, "cores"
-    if by_memory is not None and value > by_memory:
-        value, bound = by_memory, "memory"
+    value, bound, by_cores, by_memory = _capped(inputs, needed)
     cpu_ms = w * measured.cpu_share
     cores = inputs.cpus or value
     rec["value"] = value
