@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.analysis.steps import Steps, nested
 from traceinspect.trace import Trace
 
@@ -77,13 +76,31 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
             "end_ns": starts + ev[S.DURATION_NS].to_numpy()[rows],
         }
     )
-    out = []
-    for (run_id, module), ops in frame.groupby([RUN_ID, "module"], sort=False):
-        busy = Intervals.union_of(ops[S.START_NS].to_numpy(), ops["end_ns"].to_numpy())
-        out.append((run_id, module, int(busy.starts[0]), int(busy.ends[-1]), busy.total))
+    # Each execution's work is the union of its ops' time (ops of one execution overlap on
+    # several threads): per execution, sorted by start, an op opens a new merged span when
+    # it starts after every earlier op of that execution has ended.
+    frame = frame.sort_values([RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
+    keys = frame.groupby([RUN_ID, "module"], sort=False).ngroup().to_numpy()
+    starts = frame[S.START_NS].to_numpy()
+    ends = frame["end_ns"].to_numpy()
+    reach = pd.Series(ends).groupby(keys).cummax().to_numpy()
+    first = np.r_[True, keys[1:] != keys[:-1]]
+    opens = first | (starts > np.r_[0, reach[:-1]])
+    span_lo = np.minimum.reduceat(starts, np.flatnonzero(opens))
+    span_hi = np.maximum.reduceat(ends, np.flatnonzero(opens))
+    span_key = keys[opens]
+    work = np.bincount(span_key, weights=span_hi - span_lo)
+    table = pd.DataFrame(
+        {
+            RUN_ID: frame.loc[first, RUN_ID].to_numpy(),
+            "module": frame.loc[first, "module"].to_numpy(),
+            S.START_NS: np.minimum.reduceat(starts, np.flatnonzero(first)),
+            "end_ns": np.maximum.reduceat(ends, np.flatnonzero(first)),
+            "work_ns": work.astype(np.int64),
+        }
+    )
     # In execution order: run ids count up for one executable but not across recompiled
     # ones (sample_traces/scenarios/recompiling), and one device runs its queue in order.
-    table = pd.DataFrame(out, columns=[RUN_ID, "module", S.START_NS, "end_ns", "work_ns"])
     return table.sort_values(S.START_NS, kind="stable", ignore_index=True)
 
 

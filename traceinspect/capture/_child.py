@@ -136,16 +136,16 @@ class _Steady:
         self.block_start = 1  # step 0 compiles: never in a block
         self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
 
-    def add(self, starts_ns: Sequence[int]) -> None:
-        """Close every block complete in ``starts_ns`` (start times of steps 0..n)."""
+    def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
+        """Close every block complete in the first ``count`` (default all) of ``starts_ns``,
+        the start times of steps 0, 1, ..."""
+        n = len(starts_ns) if count is None else count
         while True:
             first = self.block_start
             last = first + self.block_steps  # the step whose start ends the block
-            if last >= len(starts_ns):
+            if last >= n:
                 return
-            while last < len(starts_ns) - 1 and (
-                starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9
-            ):
+            while last < n - 1 and starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9:
                 last += 1
             span = starts_ns[last] - starts_ns[first]
             if span < STEADY_BLOCK_S * 1e9:
@@ -338,7 +338,7 @@ class _Capture:
             workers = self._grain_setting("mp_prefetch", "num_workers") or 0
             self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
         steady = self.steady
-        steady.add(src.starts_ns[: index + 1])
+        steady.add(src.starts_ns, index + 1)
         if steady.is_steady():
             self.window_rule = "steady"
             self.window_reason = steady.reason(index)
