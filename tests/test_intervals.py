@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceinspect.analysis.intervals import Intervals
+from traceinspect.intervals import Intervals
 
 SPAN = 60
 raw = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 12)), max_size=25)

@@ -20,10 +20,10 @@ from matplotlib.figure import Figure
 
 import traceinspect
 from traceinspect.analysis.analyze import CAUSES, Analysis, analyze
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.backends.activity import device_activity
 from traceinspect.cli import main
 from traceinspect.errors import UsageError
+from traceinspect.intervals import Intervals
 from traceinspect.report.html import render_html
 from traceinspect.report.plots import (
     BUSY_COLOR,

@@ -17,7 +17,14 @@ import traceinspect
 from traceinspect.analysis.pod import HostResult, analyze_pod
 from traceinspect.cli import main
 from traceinspect.errors import AnalysisError, UsageError
-from traceinspect.pod import DaskEngine, ProcessEngine, SerialEngine, analyze_host, analyze_run
+from traceinspect.pod import (
+    DaskEngine,
+    ProcessEngine,
+    SerialEngine,
+    analyze_host,
+    analyze_run,
+    load_host,
+)
 
 ms = X.ms
 
@@ -219,10 +226,10 @@ def test_results_keep_only_the_longest_gaps(tmp_path: Path) -> None:
 
 def test_load_host_reads_one_hosts_frames(tmp_path: Path) -> None:
     pod = analyze_run(straggler_run(tmp_path), jobs=1)
-    trace = pod.load_host("h2")
+    trace = load_host(pod, "h2")
     assert trace.hosts == ["h2"]
     with pytest.raises(UsageError, match="no host named 'h9'"):
-        pod.load_host("h9")
+        load_host(pod, "h9")
 
 
 @settings(max_examples=25, deadline=None)

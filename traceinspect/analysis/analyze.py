@@ -31,11 +31,11 @@ from traceinspect.analysis.host import (
     HostActivity,
     training_thread_activity,
 )
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.analysis.steps import Steps, find_steps
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
+from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
 
 CAUSES = ("input", "sync", "compile", "host", "unknown")

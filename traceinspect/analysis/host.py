@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.analysis.steps import Steps
+from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace, category_mask
 
 INPUT = re.compile(

@@ -38,8 +38,6 @@ import numpy as np
 import pandas as pd
 
 from traceinspect.analysis.analyze import CAUSES, MATTERS, Analysis
-from traceinspect.errors import UsageError
-from traceinspect.trace import Trace
 
 # The straggler must wait at least this many times longer for input than any other host.
 DISTINCT = 2.0
@@ -112,16 +110,6 @@ class PodAnalysis:
     def analyses(self) -> dict[str, Analysis]:
         """The per-host analyses that succeeded, by host name."""
         return {r.host: r.analysis for r in self.results if r.analysis is not None}
-
-    def load_host(self, host: str, **load_kwargs: Any) -> Trace:
-        """One host's full frames (read again: the analysis keeps only compact results)."""
-        from traceinspect.trace import load
-
-        for r in self.results:
-            if r.host == host:
-                return load(r.location, **load_kwargs)
-        names = ", ".join(str(h) for h in self.hosts.index)
-        raise UsageError(f"no host named {host!r} in this run; hosts: {names}.")
 
     def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
         hosts = []

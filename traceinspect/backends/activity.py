@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traceinspect import schema as S
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.backends.detect import (
     INLINE_EXECUTE,
     XLA_CPU_LINE,
     BackendInfo,
     detect_backend,
 )
+from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace, category_mask
 
 _GPU_STREAM = re.compile(r"^Stream #\d+")

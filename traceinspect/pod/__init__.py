@@ -9,7 +9,7 @@
 The per-host work (read the file, analyse it, keep the compact result) runs in this
 process, a local process pool (``jobs``, default: every usable core, capped by memory) or
 a Dask cluster (``scheduler``). Only the workers hold a host's frames, one host at a
-time; what comes back is the analysis with its longest gaps. :meth:`load_host` reads one
+time; what comes back is the analysis with its longest gaps. :func:`load_host` reads one
 host's full frames on demand.
 """
 
@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from traceinspect.analysis.pod import HostResult, PodAnalysis, analyze_pod
 from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
@@ -34,6 +35,9 @@ from traceinspect.xplane.fs import URLPath
 from traceinspect.xplane.locate import HostFile, Located, locate
 from traceinspect.xplane.reader import DecoderName
 
+if TYPE_CHECKING:
+    from traceinspect.trace import Trace
+
 __all__ = [
     "DaskEngine",
     "Engine",
@@ -45,6 +49,7 @@ __all__ = [
     "analyze_run",
     "default_jobs",
     "host_files",
+    "load_host",
     "make_engine",
 ]
 
@@ -167,3 +172,17 @@ def _all_failed(located: Located, n: int, first: str | None) -> TraceInspectErro
     return AnalysisError(
         f"{located.requested}: none of the {n} hosts could be analysed; the first says: {first}"
     )
+
+
+def load_host(pod: PodAnalysis, host: str, **load_kwargs: Any) -> Trace:
+    """One host's full frames, read again (the pod analysis keeps only compact results).
+
+    >>> trace = traceinspect.pod.load_host(pod, "host2")
+    """
+    from traceinspect.trace import load
+
+    for r in pod.results:
+        if r.host == host:
+            return load(r.location, **load_kwargs)
+    names = ", ".join(str(h) for h in pod.hosts.index)
+    raise UsageError(f"no host named {host!r} in this run; hosts: {names}.")

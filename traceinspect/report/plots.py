@@ -25,10 +25,10 @@ from traceinspect import schema as S
 from traceinspect.analysis.analyze import CAUSES, MATTERS, VERDICTS, Analysis
 from traceinspect.analysis.host import HostActivity
 from traceinspect.analysis.host import training_thread_activity as _thread_activity
-from traceinspect.analysis.intervals import Intervals
 from traceinspect.analysis.steps import find_steps
 from traceinspect.backends.activity import device_activity
 from traceinspect.errors import UsageError
+from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import traceinspect
 from traceinspect.capture import CaptureOptions, CaptureResult, parse_command
 from traceinspect.errors import CaptureError, TraceInspectError, UsageError
 from traceinspect.sweep._summary import (
@@ -39,7 +38,7 @@ TIMEOUT_GRACE_S = 10.0
 # The worker process itself then gets this much longer to write its result.
 _WORKER_SLACK_S = 10.0
 # The worker runs from this package's own location, whatever the current directory holds.
-_PACKAGE_PARENT = str(Path(traceinspect.__file__).resolve().parents[1])
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from traceinspect.sweep._worker import run; run(sys.argv[2])"
