@@ -50,10 +50,10 @@ def _rank(unit: str) -> int:
     raise AssertionError(f"traceinspect.{unit} is in no layer: add it to LAYERS")
 
 
-def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
+def _imports(path: Path, root: Path) -> list[tuple[int, str, tuple[str, ...]]]:
     """(line, imported traceinspect module, full names it brings in) for every import in a
     file, nested ones too."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: list[tuple[int, str, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -72,13 +72,13 @@ def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
     return [i for i in out if i[1].split(".")[0] == "traceinspect"]
 
 
-def _violations(path: Path) -> list[str]:
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _violations(path: Path, root: Path = PACKAGE) -> list[str]:
+    module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
     unit = _unit(module.removesuffix(".__init__"))
     found = []
-    for line, name, names in _imports(path):
+    for line, name, names in _imports(path, root):
         target = _unit(name)
-        where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+        where = f"{path.relative_to(root.parent)}:{line} imports {name}"
         if unit == "capture":
             if target not in CAPTURE_MAY_IMPORT:
                 found.append(f"{where}: capture may import only {sorted(CAPTURE_MAY_IMPORT)}")
@@ -93,7 +93,7 @@ def _violations(path: Path) -> list[str]:
             )
         for full in (name, *names):
             if unit == "analysis" and full in ANALYSIS_MUST_NOT_IMPORT:
-                where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {full}"
+                where = f"{path.relative_to(root.parent)}:{line} imports {full}"
                 found.append(f"{where}: the analysis layer reads no files")
     return found
 
@@ -118,18 +118,13 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     }.items():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         (fake / rel).write_text(text)
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, fake
-    try:
-        assert _violations(fake / "backends/bad.py") == [
-            "traceinspect/backends/bad.py:1 imports traceinspect.analysis.steps: "
-            "backends (layer 3) -> analysis (layer 4)"
-        ]
-        assert len(_violations(fake / "capture/bad.py")) == 1
-        assert _violations(fake / "analysis/bad.py") == [
-            "traceinspect/analysis/bad.py:2 imports traceinspect.trace.load: "
-            "the analysis layer reads no files"
-        ]
-        assert _violations(fake / "analysis/good.py") == []
-    finally:
-        PACKAGE = saved
+    assert _violations(fake / "backends/bad.py", fake) == [
+        "traceinspect/backends/bad.py:1 imports traceinspect.analysis.steps: "
+        "backends (layer 3) -> analysis (layer 4)"
+    ]
+    assert len(_violations(fake / "capture/bad.py", fake)) == 1
+    assert _violations(fake / "analysis/bad.py", fake) == [
+        "traceinspect/analysis/bad.py:2 imports traceinspect.trace.load: "
+        "the analysis layer reads no files"
+    ]
+    assert _violations(fake / "analysis/good.py", fake) == []
