@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "errors", "schema"),  # base: names and errors
+    ("_version", "errors", "schema", "vocabulary"),  # base: names and errors
     ("xplane",),  # reading: files -> frames
     ("trace", "intervals"),  # the trace model
     ("backends",),  # device activity per layout

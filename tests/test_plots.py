@@ -19,7 +19,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 import traceinspect
-from traceinspect.analysis.analyze import CAUSES, Analysis, analyze
+from traceinspect.analysis.analyze import Analysis, analyze
 from traceinspect.backends.activity import device_activity
 from traceinspect.cli import main
 from traceinspect.errors import UsageError
@@ -35,6 +35,7 @@ from traceinspect.report.plots import (
     plot_timeline,
     step_window,
 )
+from traceinspect.vocabulary import CAUSES
 
 MS = 1_000_000  # ns
 PS = 1_000  # ps per ns

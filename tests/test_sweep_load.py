@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceinspect.analysis.analyze import CAUSES
 from traceinspect.errors import TraceInspectError, TraceNotFoundError, UsageError
 from traceinspect.report.sweep import write_sweep
 from traceinspect.sweep import (
@@ -26,6 +25,7 @@ from traceinspect.sweep import (
     load_sweep,
     summarize_sweep,
 )
+from traceinspect.vocabulary import CAUSES
 
 BUNDLED = Path(__file__).resolve().parents[1] / "sample_traces" / "sweep"
 

@@ -69,6 +69,33 @@ STAT_KINDS: Final[tuple[str, ...]] = ("none", "double", "uint64", "int64", "str"
 INTEGER_KINDS: Final = frozenset({"uint64", "int64"})
 STRING_KINDS: Final = frozenset({"str", "bytes", "ref"})
 
+# --- analysis results ---------------------------------------------------------------------
+# Analysis.per_step: one row per analysed step (also the pod's per-host step tables).
+STEP: Final = "step"  # the step's number (step_num where the trace has one)
+STEP_INDEX: Final = "step_index"  # its position among the analysed steps, from 0
+WALL_NS: Final = "wall_ns"  # start of the step to the start of the next
+BUSY_NS: Final = "busy_ns"  # device busy time inside the step's host window
+IDLE_NS: Final = "idle_ns"  # WALL_NS - BUSY_NS
+COLLECTIVE_NS: Final = "collective_ns"  # of BUSY_NS, time inside collectives
+INPUT_WORK_NS: Final = "input_work_ns"  # the training thread fetching or waiting for batches
+DEVICE_WORK_NS: Final = "device_work_ns"  # work of the executions the step dispatched
+
+
+def idle_cause_ns(cause: str) -> str:
+    """The per-step column of idle time given to ``cause`` (``idle_input_ns``, ...)."""
+    return f"idle_{cause}_ns"
+
+
+# Analysis.gaps: one row per piece of an idle period inside one step, with STEP, STEP_INDEX,
+# START_NS, END_NS, DURATION_NS, one column per cause (ns) and:
+PERIOD_START_NS: Final = "period_start_ns"  # start of the idle period the piece belongs to
+AFTER_SYNC: Final = "after_sync"  # the period opened when a blocking read ended
+CAUSE: Final = "cause"  # the cause with the most time in the piece
+EVIDENCE: Final = "evidence"  # sentences: the host events behind the piece
+START_MS: Final = "start_ms"  # ms from the trace's first event (as printed)
+# HostActivity.events: the training thread's events, with:
+CATEGORY: Final = "category"  # input | sync | compile | host
+
 PLANES_COLUMNS: Final = (HOST, PLANE, XPLANE_ID, LINE_COUNT, EVENT_COUNT)
 LINES_COLUMNS: Final = (
     HOST,

@@ -37,17 +37,8 @@ from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
+from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS, band
 
-CAUSES = ("input", "sync", "compile", "host", "unknown")
-# "unknown" is a verdict too: when unexplained idle time outweighs every known cause.
-VERDICTS = {
-    "input": "input-bound",
-    "sync": "sync-bound",
-    "compile": "compile-bound",
-    "host": "host-bound",
-}
-MATTERS = 0.05
-DOMINATES = 0.20
 # How long after the device went idle a blocking read may end and still be the reason:
 # the host wakes up shortly after the device finishes the value it waits for.
 SYNC_WAKE_TOLERANCE_NS = 2_000_000
@@ -147,19 +138,19 @@ class Analysis:
             "recommendations": [dict(r) for r in self.recommendations],
             "per_step": [
                 {
-                    "step": int(r["step"]),
-                    "wall_ms": round(r["wall_ns"] / 1e6, 4),
-                    "busy_ms": round(r["busy_ns"] / 1e6, 4),
-                    "idle_ms": round(r["idle_ns"] / 1e6, 4),
-                    "collective_ms": round(r["collective_ns"] / 1e6, 4),
-                    "idle_by_cause_ms": {c: round(r[f"idle_{c}_ns"] / 1e6, 4) for c in CAUSES},
+                    "step": int(r[S.STEP]),
+                    "wall_ms": round(r[S.WALL_NS] / 1e6, 4),
+                    "busy_ms": round(r[S.BUSY_NS] / 1e6, 4),
+                    "idle_ms": round(r[S.IDLE_NS] / 1e6, 4),
+                    "collective_ms": round(r[S.COLLECTIVE_NS] / 1e6, 4),
+                    "idle_by_cause_ms": {c: round(r[S.idle_cause_ns(c)] / 1e6, 4) for c in CAUSES},
                 }
                 for _, r in self.per_step.iterrows()
             ],
             "gaps": [
                 {
                     "step": int(g.step),
-                    "start_ms": round(float(g.start_ms), 4),
+                    S.START_MS: round(float(g.start_ms), 4),
                     "duration_ms": round(g.duration_ns / 1e6, 4),
                     "cause": str(g.cause),
                     "evidence": list(g.evidence),
@@ -336,12 +327,8 @@ def _gap_table(
     # Each instant goes to one cause, in precedence order: compile > sync > input > host.
     claimed = Intervals.empty()
     parts: dict[str, np.ndarray] = {}
-    for cause, source in (
-        ("compile", host.compile),
-        ("sync", host.sync),
-        ("input", host.input),
-        ("host", host.host),
-    ):
+    for cause in PRECEDENCE:
+        source = getattr(host, cause)
         own = _minus(source, claimed)
         parts[cause] = own.overlap_with(starts, ends)
         claimed = claimed.union(source)
@@ -364,13 +351,13 @@ def _gap_table(
             parts[cause] = np.where(synced, 0, parts[cause])
     gaps = pd.DataFrame(
         {
-            "step": steps.numbers[step_index],
-            "step_index": step_index,
+            S.STEP: steps.numbers[step_index],
+            S.STEP_INDEX: step_index,
             S.START_NS: starts,
             "end_ns": ends,
-            "period_start_ns": periods.starts[period],
-            "after_sync": synced,
-            **{c: parts[c].astype(np.int64) for c in CAUSES},
+            S.PERIOD_START_NS: periods.starts[period],
+            S.AFTER_SYNC: synced,
+            **{str(c): parts[c].astype(np.int64) for c in CAUSES},
             S.DURATION_NS: duration,
         }
     )
@@ -417,7 +404,7 @@ def _evidence(gap: pd.Series, host: HostActivity, after_sync: bool, input_bound:
     out: list[str] = []
     g0, g1 = int(gap[S.START_NS]), int(gap["end_ns"])
     # The idle period this piece belongs to opened when a read returned.
-    read = host.read_ending_at(int(gap["period_start_ns"])) if after_sync else None
+    read = host.read_ending_at(int(gap[S.PERIOD_START_NS])) if after_sync else None
     if read is not None:
         name, start, end, where = read
         site = f" at {where}" if where else ""
@@ -487,28 +474,28 @@ def analyze(trace: Trace) -> Analysis:
     host = training_thread_activity(trace, steps)
     per_step = pd.DataFrame(
         {
-            "step": steps.numbers,
+            S.STEP: steps.numbers,
             S.START_NS: steps.starts,
-            "wall_ns": steps.wall_ns,
-            "busy_ns": busy.overlap_with(steps.starts, steps.ends),
-            "collective_ns": activity.collective_union.overlap_with(steps.starts, steps.ends),
-            "input_work_ns": host.input.overlap_with(steps.starts, steps.ends),
+            S.WALL_NS: steps.wall_ns,
+            S.BUSY_NS: busy.overlap_with(steps.starts, steps.ends),
+            S.COLLECTIVE_NS: activity.collective_union.overlap_with(steps.starts, steps.ends),
+            S.INPUT_WORK_NS: host.input.overlap_with(steps.starts, steps.ends),
         }
     )
     # The device work each step needs: from the executions it dispatched where the trace
     # links them, else the device's busy time inside the step's host window.
-    per_step["device_work_ns"] = work.work_ns if work is not None else per_step["busy_ns"]
-    wall_ms = per_step["wall_ns"].to_numpy() / 1e6
+    per_step[S.DEVICE_WORK_NS] = work.work_ns if work is not None else per_step[S.BUSY_NS]
+    wall_ms = per_step[S.WALL_NS].to_numpy() / 1e6
     step_summary = _step_summary(steps, wall_ms)
     # Input work per step against device work per step decides whether a sync or the
     # pipeline is to blame for what happens after a blocking read. Per step as a step
     # typically costs: the mean when steps come in bursts (a burst's fast steps wait for
     # nothing, its slow step waits for the whole burst), else the median.
-    input_per_step = _typical(per_step["input_work_ns"].to_numpy(), step_summary.bursty)
-    busy_per_step = _typical(per_step["device_work_ns"].to_numpy(), False)
+    input_per_step = _typical(per_step[S.INPUT_WORK_NS].to_numpy(), step_summary.bursty)
+    busy_per_step = _typical(per_step[S.DEVICE_WORK_NS].to_numpy(), False)
     input_bound = input_per_step > busy_per_step and input_per_step > 0
     gaps = _gap_table(steps, busy, host, input_bound, busy_per_step)
-    gaps["cause"] = gaps[list(CAUSES)].idxmax(axis=1) if len(gaps) else []
+    gaps[S.CAUSE] = gaps[list(CAUSES)].idxmax(axis=1) if len(gaps) else []
     # Evidence costs a lookup per gap: gather it for the longest gaps, the ones reported
     # (a GPU trace can hold as many gaps as kernels).
     # (gaps has a RangeIndex, so labels are positions.)
@@ -516,28 +503,30 @@ def analyze(trace: Trace) -> Analysis:
     evidence: list[list[str]] = [[] for _ in range(len(gaps))]
     for row in longest.tolist():
         g = gaps.loc[row]
-        evidence[int(row)] = _evidence(g, host, bool(g["after_sync"]), input_bound)
-    gaps["evidence"] = evidence
-    gaps["start_ms"] = (gaps[S.START_NS] - trace.start_ns) / 1e6
+        evidence[int(row)] = _evidence(g, host, bool(g[S.AFTER_SYNC]), input_bound)
+    gaps[S.EVIDENCE] = evidence
+    gaps[S.START_MS] = (gaps[S.START_NS] - trace.start_ns) / 1e6
 
-    total_wall = int(per_step["wall_ns"].sum())
+    total_wall = int(per_step[S.WALL_NS].sum())
     by_cause = {c: int(gaps[c].sum()) for c in CAUSES}
     for c in CAUSES:
-        per_step[f"idle_{c}_ns"] = (
-            gaps.groupby("step_index")[c]
+        per_step[S.idle_cause_ns(c)] = (
+            gaps.groupby(S.STEP_INDEX)[c]
             .sum()
             .reindex(range(len(per_step)), fill_value=0)
             .to_numpy()
         )
-    per_step["idle_ns"] = per_step["wall_ns"] - per_step["busy_ns"]
-    fractions = {c: by_cause[c] / total_wall if total_wall else 0.0 for c in CAUSES}
+    per_step[S.IDLE_NS] = per_step[S.WALL_NS] - per_step[S.BUSY_NS]
+    fractions: dict[str, float] = {
+        c: by_cause[c] / total_wall if total_wall else 0.0 for c in CAUSES
+    }
     idle_total = sum(by_cause.values())
     known = {c: fractions[c] for c in VERDICTS}
     # Sync-bound means the loop reads a device value every step. A read every N steps
     # (logging every N steps, as MaxText recommends) idles the device once per N steps: a
     # cost worth a note, not the verdict (scenario family: reading every 10th step costs no
     # measurable time, sample_traces/scenarios/family/MEASUREMENTS.md).
-    sync_steps = float((per_step["idle_sync_ns"] > 0).mean()) if len(per_step) else 0.0
+    sync_steps = float((per_step[S.idle_cause_ns("sync")] > 0).mean()) if len(per_step) else 0.0
     occasional_sync = fractions["sync"] >= MATTERS and sync_steps < SYNC_RECURS
     if occasional_sync:
         known["sync"] = 0.0
@@ -603,7 +592,7 @@ def analyze(trace: Trace) -> Analysis:
         "verdict": verdict,
         "input_ms_per_step": round(input_per_step / 1e6, 4),
         "device_busy_ms_per_step": round(busy_per_step / 1e6, 4),
-        "collective_ms_per_step": round(_median(per_step["collective_ns"].to_numpy()) / 1e6, 4),
+        "collective_ms_per_step": round(_median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
         "sync_sites": sync_sites,
         "per_step": per_step,
         "gaps": gaps,
@@ -636,7 +625,7 @@ def _sync_sites(host: HostActivity, gaps: pd.DataFrame) -> tuple[str, ...]:
     """Where the syncs that opened gaps happen: source lines when the Python tracer was on,
     else the names of the blocking events."""
     sites: dict[str, int] = {}
-    periods = gaps.loc[gaps["after_sync"], "period_start_ns"].unique() if len(gaps) else []
+    periods = gaps.loc[gaps[S.AFTER_SYNC], S.PERIOD_START_NS].unique() if len(gaps) else []
     for p0 in periods:
         read = host.read_ending_at(int(p0))
         if read is not None:
@@ -652,11 +641,6 @@ def _workers_message(rec: dict[str, Any]) -> str:
     else:
         head = f"Set grain_worker_count to {rec['value']} (now {current})"
     return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
-
-
-def band(fraction: float) -> str:
-    """XProf's bands for a cause's share of step time: "dominates", "matters" or ""."""
-    return "dominates" if fraction >= DOMINATES else "matters" if fraction >= MATTERS else ""
 
 
 def _summary(

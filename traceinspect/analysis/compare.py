@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from traceinspect.analysis.analyze import CAUSES, Analysis
+from traceinspect.analysis.analyze import Analysis
+from traceinspect.vocabulary import CAUSES
 
 # A change in median step time smaller than this share of "before" is called "about the
 # same": one capture per side says nothing about run-to-run noise, so stay modest.
@@ -35,7 +36,7 @@ class RunSummary:
     @classmethod
     def of(cls, a: Analysis) -> RunSummary:
         n = max(a.steps.count, 1)
-        by_cause = {c: round(a.idle_by_cause_ms[c] / n, 4) for c in CAUSES}
+        by_cause: dict[str, float] = {c: round(a.idle_by_cause_ms[c] / n, 4) for c in CAUSES}
         return cls(
             path=a.path,
             backend=a.backend,
@@ -159,7 +160,7 @@ def _pct(before: float, after: float) -> float:
 def compare(before: Analysis, after: Analysis) -> Comparison:
     """Compare two analyses of the same training loop, before and after a change."""
     b, a = RunSummary.of(before), RunSummary.of(after)
-    idle_change = {
+    idle_change: dict[str, float] = {
         c: round(a.idle_by_cause_ms_per_step[c] - b.idle_by_cause_ms_per_step[c], 4) for c in CAUSES
     }
     notes: list[str] = []

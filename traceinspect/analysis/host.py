@@ -101,7 +101,7 @@ class HostActivity:
                 starts,
                 starts + ev[S.DURATION_NS].to_numpy(),
                 ev[S.NAME].cat.codes.to_numpy(),
-                ev["category"].to_numpy(dtype=object),
+                ev[S.CATEGORY].to_numpy(dtype=object),
             )
             self._cache["arrays"] = cached
         return cached

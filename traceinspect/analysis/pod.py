@@ -37,7 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinspect.analysis.analyze import CAUSES, MATTERS, Analysis
+from traceinspect import schema as S
+from traceinspect.analysis.analyze import Analysis
+from traceinspect.vocabulary import CAUSES, MATTERS
 
 # The straggler must wait at least this many times longer for input than any other host.
 DISTINCT = 2.0
@@ -48,7 +50,7 @@ MAJORITY = 0.5
 # Collectives taking this share of device busy time are worth a note.
 COLLECTIVE_HEAVY = 0.5
 
-_STEP_COLUMNS = ("wall_ns", "busy_ns", "collective_ns", "idle_ns")
+_STEP_COLUMNS = (S.WALL_NS, S.BUSY_NS, S.COLLECTIVE_NS, S.IDLE_NS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,10 +173,14 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
     for host, a in analyses.items():
         ps = a.per_step
         cols = {
-            "step": ps["step"].to_numpy(),
+            S.STEP: ps[S.STEP].to_numpy(),
             **{c: ps[c].to_numpy() for c in _STEP_COLUMNS},
-            "input_wait_ns": ps["idle_input_ns"].to_numpy(),
-            **{f"idle_{c}_ns": ps[f"idle_{c}_ns"].to_numpy() for c in CAUSES if c != "input"},
+            "input_wait_ns": ps[S.idle_cause_ns("input")].to_numpy(),
+            **{
+                S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy()
+                for c in CAUSES
+                if c != "input"
+            },
         }
         frame = pd.DataFrame(cols)
         frame.insert(0, "host", host)
@@ -191,7 +197,7 @@ def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
     counts = long.groupby("step")["host"].nunique()
     common = counts.index[counts == len(analyses)]
     left_out = int((counts < len(analyses)).sum())
-    aligned = long[long["step"].isin(common)].sort_values(["step", "host"], kind="stable")
+    aligned = long[long[S.STEP].isin(common)].sort_values(["step", "host"], kind="stable")
     return aligned.reset_index(drop=True), left_out
 
 
@@ -210,18 +216,18 @@ def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
             ]
         )
     g = aligned.groupby("step", sort=True)
-    slow_idx = g["wall_ns"].idxmax()
+    slow_idx = g[S.WALL_NS].idxmax()
     starved_idx = g["input_wait_ns"].idxmax()
-    slowest_ns = aligned.loc[slow_idx, "wall_ns"].to_numpy()
+    slowest_ns = aligned.loc[slow_idx, S.WALL_NS].to_numpy()
     starved_wait = aligned.loc[starved_idx, "input_wait_ns"].to_numpy()
     starved_host = aligned.loc[starved_idx, "host"].to_numpy().astype(object)
     starved_host[starved_wait < MATTERS * slowest_ns] = None
     return pd.DataFrame(
         {
-            "step": g["wall_ns"].max().index.to_numpy(),
+            S.STEP: g[S.WALL_NS].max().index.to_numpy(),
             "slowest_host": aligned.loc[slow_idx, "host"].to_numpy(),
             "slowest_ms": slowest_ns / 1e6,
-            "fastest_ms": g["wall_ns"].min().to_numpy() / 1e6,
+            "fastest_ms": g[S.WALL_NS].min().to_numpy() / 1e6,
             "starved_host": starved_host,
             "starved_input_wait_ms": starved_wait / 1e6,
         }
@@ -240,8 +246,8 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
     n_steps = len(per_step)
     by_host = aligned.groupby("host")
     wait = by_host["input_wait_ns"].median()
-    wall = by_host["wall_ns"].median()
-    coll = by_host["collective_ns"].median()
+    wall = by_host[S.WALL_NS].median()
+    coll = by_host[S.COLLECTIVE_NS].median()
     others = [h for h in hosts if h != host]
     own_wait = float(wait[host])
     others_wait = float(wait[others].max())

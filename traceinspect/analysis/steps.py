@@ -93,7 +93,7 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
     rows = stats.loc[stats[S.STAT] == STEP_NUM, [S.EVENT_ROW, S.INT_VALUE]]
     if len(rows) >= 1:
         events = trace.events.loc[rows[S.EVENT_ROW].to_numpy()]
-        events = events.assign(step=rows[S.INT_VALUE].to_numpy())
+        events = events.assign(**{S.STEP: rows[S.INT_VALUE].to_numpy()})
         events = _on_busiest_line(events)
         # One annotation name per step: the user's own, rather than the copy that
         # `traceinspect capture` writes around the same steps.
@@ -105,7 +105,7 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
             f"StepTraceAnnotation {', '.join(repr(n) for n in names)}",
             events[S.START_NS].to_numpy(),
             (events[S.START_NS] + events[S.DURATION_NS]).to_numpy(),
-            events["step"].to_numpy(),
+            events[S.STEP].to_numpy(),
             int(events[S.LINE_ROW].iloc[0]),
             lo,
             hi,

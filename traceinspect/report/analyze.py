@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from traceinspect.analysis.analyze import CAUSES, Analysis, band
+from traceinspect.analysis.analyze import Analysis
+from traceinspect.vocabulary import CAUSES, band
 
 
 def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:

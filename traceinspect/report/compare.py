@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from traceinspect.analysis.analyze import CAUSES
 from traceinspect.analysis.compare import Comparison
+from traceinspect.vocabulary import CAUSES
 
 
 def render_comparison(c: Comparison) -> str:

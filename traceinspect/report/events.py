@@ -39,7 +39,7 @@ def _table(trace: Trace, frame: pd.DataFrame) -> str:
         view = view.drop(columns=[S.HOST])
     view.insert(
         list(view.columns).index(S.START_NS),
-        "start_ms",
+        S.START_MS,
         ((frame[S.START_NS] - trace.start_ns) / 1e6).round(3),
     )
     view.insert(

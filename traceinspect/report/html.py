@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from traceinspect.analysis.analyze import CAUSES, Analysis, band
+from traceinspect.analysis.analyze import Analysis
 from traceinspect.analysis.pod import PodAnalysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
@@ -24,6 +24,7 @@ from traceinspect.report.plots import (
     finding,
 )
 from traceinspect.trace import Trace
+from traceinspect.vocabulary import CAUSES, band
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.analyze import CAUSES, MATTERS, VERDICTS, Analysis
+from traceinspect.analysis.analyze import Analysis
 from traceinspect.analysis.host import HostActivity
 from traceinspect.analysis.host import training_thread_activity as _thread_activity
 from traceinspect.analysis.steps import find_steps
@@ -30,6 +30,7 @@ from traceinspect.backends.activity import device_activity
 from traceinspect.errors import UsageError
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
+from traceinspect.vocabulary import CAUSES, MATTERS, VERDICTS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -49,7 +50,7 @@ IDLE_HATCH = "////"
 # What the training thread was doing, in the precedence the analysis gives idle instants.
 THREAD_ORDER = ("compile", "sync", "input", "host")
 FIGURE_NAMES = ("timeline", "step_breakdown", "gap_distribution")
-_CAUSE_OF_VERDICT = {verdict: cause for cause, verdict in VERDICTS.items()}
+_CAUSE_OF_VERDICT: dict[str, str] = {verdict: cause for cause, verdict in VERDICTS.items()}
 
 
 def _new_axes(width: float, height: float) -> Axes:
@@ -130,9 +131,9 @@ def step_window(analysis: Analysis, steps: int, first_step: int | None) -> tuple
     if first_step is None:
         i0 = (n - k) // 2
     else:
-        hits = np.flatnonzero(per_step["step"].to_numpy() == first_step)
+        hits = np.flatnonzero(per_step[S.STEP].to_numpy() == first_step)
         if len(hits) == 0:
-            numbers = per_step["step"].tolist()
+            numbers = per_step[S.STEP].tolist()
             raise UsageError(
                 f"{analysis.path}: no step {first_step} among the analysed steps "
                 f"({numbers[0]}..{numbers[-1]}); pick one of those."
@@ -171,7 +172,7 @@ def plot_timeline(
     i0, i1 = step_window(analysis, steps, first_step)
     shown = per_step.iloc[i0:i1]
     lo = int(shown[S.START_NS].iloc[0])
-    hi = int(shown[S.START_NS].iloc[-1] + shown["wall_ns"].iloc[-1])
+    hi = int(shown[S.START_NS].iloc[-1] + shown[S.WALL_NS].iloc[-1])
 
     busy = device_activity(trace).busy
     devices = list(busy)
@@ -184,7 +185,7 @@ def plot_timeline(
         gaps = analysis.gaps
         inside = gaps[(gaps[S.START_NS] < hi) & (gaps["end_ns"] > lo)]
         for cause in CAUSES:
-            mine = inside[inside["cause"] == cause]
+            mine = inside[inside[S.CAUSE] == cause]
             if mine.empty:
                 continue
             iv = Intervals.union_of(
@@ -233,7 +234,7 @@ def plot_timeline(
     # Label step starts, skipping those too close to the previous label to be read.
     min_gap = 0.05 * (hi - lo)
     last_label: int | None = None
-    for x, number in zip(shown[S.START_NS].tolist(), shown["step"].tolist(), strict=True):
+    for x, number in zip(shown[S.START_NS].tolist(), shown[S.STEP].tolist(), strict=True):
         if last_label is not None and x - last_label < min_gap:
             continue
         last_label = x
@@ -268,7 +269,7 @@ def plot_timeline(
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     ax.set_xlabel("time since trace start (ms)")
-    causes_shown = [c for c in CAUSES if c in drawn or not inside[inside["cause"] == c].empty]
+    causes_shown = [c for c in CAUSES if c in drawn or not inside[inside[S.CAUSE] == c].empty]
     handles = [Patch(facecolor=BUSY_COLOR, label="device busy")] + [
         Patch(facecolor=CAUSE_COLORS[c], label=c) for c in causes_shown
     ]
@@ -282,7 +283,7 @@ def plot_timeline(
         title_fontsize=8,
         alignment="left",
     )
-    first, last = int(shown["step"].iloc[0]), int(shown["step"].iloc[-1])
+    first, last = int(shown[S.STEP].iloc[0]), int(shown[S.STEP].iloc[-1])
     which = f"step {first}" if first == last else f"steps {first}-{last}"
     ax.set_title(f"{finding(analysis)}: {which}", loc="left", pad=16)
     return ax
@@ -297,8 +298,8 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
     per_step = analysis.per_step
     x = np.arange(len(per_step))
     bottom = np.zeros(len(per_step))
-    layers = [("busy", "busy_ns", BUSY_COLOR)] + [
-        (c, f"idle_{c}_ns", CAUSE_COLORS[c]) for c in CAUSES
+    layers = [("busy", S.BUSY_NS, BUSY_COLOR)] + [
+        (c, S.idle_cause_ns(c), CAUSE_COLORS[c]) for c in CAUSES
     ]
     handles = []
     for name, column, color in layers:
@@ -310,7 +311,7 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
             handles.append(Patch(facecolor=color, label=label))
     # At most ~20 labelled steps, so long runs stay legible.
     every = max(1, int(np.ceil(len(x) / 20)))
-    ax.set_xticks(x[::every], [str(s) for s in per_step["step"].tolist()[::every]])
+    ax.set_xticks(x[::every], [str(s) for s in per_step[S.STEP].tolist()[::every]])
     ax.set_xlabel("step")
     ax.set_ylabel("time per step (ms)")
     return finish_axes(ax, finding(analysis), handles)
@@ -346,7 +347,7 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
     labels = []
     totals: dict[str, float] = {}
     for y, cause in enumerate(rows):
-        durations = _ms(gaps.loc[gaps["cause"] == cause, S.DURATION_NS])
+        durations = _ms(gaps.loc[gaps[S.CAUSE] == cause, S.DURATION_NS])
         totals[cause] = float(durations.sum())
         count = f"{len(durations)} gap" + ("" if len(durations) == 1 else "s")
         labels.append(f"{cause}\n{count}, {format_ms(totals[cause])}")
@@ -372,7 +373,7 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
         title = "No idle gaps inside the analysed steps"
     else:
         worst = max(totals, key=lambda c: totals[c])
-        n = int((gaps["cause"] == worst).sum())
+        n = int((gaps[S.CAUSE] == worst).sum())
         title = (
             f"{worst.capitalize()} gaps cost most: {n} of {len(gaps)} gaps, "
             f"{format_ms(totals[worst])} in all"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from traceinspect.analysis.analyze import CAUSES
+from traceinspect import schema as S
 from traceinspect.analysis.pod import PodAnalysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
@@ -21,6 +21,7 @@ from traceinspect.report.plots import (
     _new_axes,
     finish_axes,
 )
+from traceinspect.vocabulary import CAUSES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -56,15 +57,15 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     for i, host in enumerate(hosts):
         if med is not None and host in med.index:
             row = med.loc[host]
-            busy, coll = float(row["busy_ns"]), float(row["collective_ns"])
+            busy, coll = float(row[S.BUSY_NS]), float(row[S.COLLECTIVE_NS])
             idle = [float(row["input_wait_ns"])] + [
-                float(row[f"idle_{c}_ns"]) for c in CAUSES if c != "input"
+                float(row[S.idle_cause_ns(c)]) for c in CAUSES if c != "input"
             ]
         else:  # no aligned steps: the host's own medians
             a = pod.analyses[host]
             busy = a.device_busy_ms_per_step * 1e6
             coll = a.collective_ms_per_step * 1e6
-            idle = [float(np.median(a.per_step[f"idle_{c}_ns"])) for c in CAUSES]
+            idle = [float(np.median(a.per_step[S.idle_cause_ns(c)])) for c in CAUSES]
         values[i] = [busy - coll, coll, *idle]
     values /= 1e6
     y = np.arange(len(hosts))[::-1]
@@ -113,11 +114,11 @@ def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
         mine = steps[steps["host"] == host]
         if mine.empty:
             continue
-        x = mine["step"].to_numpy()
+        x = mine[S.STEP].to_numpy()
         is_straggler = host == straggler
         ax.plot(
             x,
-            mine["wall_ns"].to_numpy() / 1e6,
+            mine[S.WALL_NS].to_numpy() / 1e6,
             color=CAUSE_COLORS["input"] if is_straggler else OTHER_HOST_COLOR,
             linewidth=2.2 if is_straggler else 1.0,
             marker="o" if is_straggler else None,

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinspect.analysis.analyze import CAUSES
 from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS
 from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose
 from traceinspect.sweep._load import JSON_NAME
+from traceinspect.vocabulary import CAUSES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from traceinspect import schema as S
 from traceinspect.capture import CaptureOptions, CaptureResult, parse_command
 from traceinspect.errors import CaptureError, TraceInspectError, UsageError
 from traceinspect.sweep._summary import (
@@ -328,7 +329,7 @@ def _analyse(run_dir: str) -> dict[str, Any]:
     from traceinspect.trace import load
 
     analysis = analyze(load(run_dir, use_cache=False))
-    wall_ms = analysis.per_step["wall_ns"].to_numpy() / 1e6
+    wall_ms = analysis.per_step[S.WALL_NS].to_numpy() / 1e6
     return {
         "median_ms": analysis.steps.median_ms,
         "p90_ms": analysis.steps.p90_ms,

@@ -174,7 +174,7 @@ class SweepResult:
         """One row per worker count (the table and ``sweep.csv``); missing numbers are NaN."""
         import pandas as pd
 
-        from traceinspect.analysis.analyze import CAUSES
+        from traceinspect.vocabulary import CAUSES
 
         records = []
         for r in self.runs:
