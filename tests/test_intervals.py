@@ -89,3 +89,27 @@ def test_exact_example() -> None:
         (20, 30),
         (31, 40),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw, raw)
+def test_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> None:
+    got = build(a).difference(build(b))
+    assert_canonical(got)
+    assert cells_of(got) == cells(a) - cells(b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(raw, min_size=1, max_size=5))
+def test_claim_in_order_gives_each_instant_to_the_first_source(
+    sources: list[list[tuple[int, int]]],
+) -> None:
+    owned = Intervals.claim_in_order([(k, build(p)) for k, p in enumerate(sources)])
+    assert list(owned) == list(range(len(sources)))
+    seen: set[int] = set()
+    for k, pairs in enumerate(sources):
+        assert_canonical(owned[k])
+        assert cells_of(owned[k]) == cells(pairs) - seen
+        seen |= cells(pairs)
+    # Disjoint, and together exactly the union of the sources.
+    assert sum(iv.total for iv in owned.values()) == len(seen)

@@ -24,9 +24,10 @@ from traceinspect.errors import (
 
 if TYPE_CHECKING:
     from traceinspect import schema
-    from traceinspect.analysis.analyze import Analysis, analyze
+    from traceinspect.analysis.analyze import analyze
     from traceinspect.analysis.compare import Comparison, compare
     from traceinspect.analysis.pod import PodAnalysis
+    from traceinspect.analysis.result import Analysis
     from traceinspect.pod import analyze_run
     from traceinspect.report.html import render_html
     from traceinspect.report.plots import (
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 # `traceinspect --help` and `import traceinspect.errors` stay fast.
 _LAZY = {
     "schema": ("traceinspect.schema", None),
-    "Analysis": ("traceinspect.analysis.analyze", "Analysis"),
+    "Analysis": ("traceinspect.analysis.result", "Analysis"),
     "analyze": ("traceinspect.analysis.analyze", "analyze"),
     "Comparison": ("traceinspect.analysis.compare", "Comparison"),
     "compare": ("traceinspect.analysis.compare", "compare"),

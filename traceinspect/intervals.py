@@ -9,9 +9,13 @@ are merged), so no time is ever counted twice.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +100,26 @@ class Intervals:
         ends = np.minimum(self.ends[mine], other.ends[theirs])
         keep = ends > starts
         return Intervals.union_of(starts[keep], ends[keep])
+
+    def difference(self, other: Intervals) -> Intervals:
+        """The parts of ``self`` not covered by ``other``."""
+        if len(self) == 0 or len(other) == 0:
+            return self
+        lo = min(int(self.starts[0]), int(other.starts[0]))
+        hi = max(int(self.ends[-1]), int(other.ends[-1]))
+        return self.intersect(other.complement(lo, hi))
+
+    @staticmethod
+    def claim_in_order(sources: Sequence[tuple[K, Intervals]]) -> dict[K, Intervals]:
+        """Give each instant to the first source that covers it: each key gets the part of
+        its intervals that no earlier source claimed. (The rule that gives each idle instant
+        one cause, in the analysis and in the plots alike.)"""
+        claimed = Intervals.empty()
+        out: dict[K, Intervals] = {}
+        for key, iv in sources:
+            out[key] = iv.difference(claimed)
+            claimed = claimed.union(iv)
+        return out
 
     def overlap_with(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """For each query interval ``[starts[k], ends[k])``, the covered length inside it."""

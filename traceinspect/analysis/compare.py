@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from traceinspect.analysis.analyze import Analysis
+from traceinspect.analysis.result import Analysis
 from traceinspect.vocabulary import CAUSES
 
 # A change in median step time smaller than this share of "before" is called "about the

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.analyze import Analysis
+from traceinspect.analysis.result import Analysis
 from traceinspect.vocabulary import CAUSES, MATTERS
 
 # The straggler must wait at least this many times longer for input than any other host.

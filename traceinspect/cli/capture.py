@@ -12,7 +12,7 @@ from traceinspect.cli._options import ProfilerSettings, profiler_options
 from traceinspect.errors import TraceInspectError
 
 if TYPE_CHECKING:
-    from traceinspect.analysis.analyze import Analysis
+    from traceinspect.analysis.result import Analysis
 
 
 def _analysis(result: CaptureResult) -> Analysis | str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceinspect.analysis.analyze import Analysis
+from traceinspect.analysis.result import Analysis
 from traceinspect.vocabulary import CAUSES, band
 
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from traceinspect.analysis.analyze import Analysis
 from traceinspect.analysis.pod import PodAnalysis
+from traceinspect.analysis.result import Analysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,

@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.analyze import Analysis
 from traceinspect.analysis.host import HostActivity
 from traceinspect.analysis.host import training_thread_activity as _thread_activity
+from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.steps import find_steps
 from traceinspect.backends.activity import device_activity
 from traceinspect.errors import UsageError
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
-from traceinspect.vocabulary import CAUSES, MATTERS, VERDICTS
+from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -48,7 +48,7 @@ BUSY_COLOR = "#4D4D4D"
 # of" rather than as the thread's activity (a translucent tint would change the colour).
 IDLE_HATCH = "////"
 # What the training thread was doing, in the precedence the analysis gives idle instants.
-THREAD_ORDER = ("compile", "sync", "input", "host")
+THREAD_ORDER = PRECEDENCE
 FIGURE_NAMES = ("timeline", "step_breakdown", "gap_distribution")
 _CAUSE_OF_VERDICT: dict[str, str] = {verdict: cause for cause, verdict in VERDICTS.items()}
 
@@ -110,15 +110,10 @@ def training_thread_activity(trace: Trace) -> HostActivity:
 def thread_spans(host: HostActivity, lo: int, hi: int) -> dict[str, Intervals]:
     """Disjoint spans of ``[lo, hi)`` per category of :data:`THREAD_ORDER`: an instant
     that is both a sync and a Grain fetch is the sync, as in the analysis."""
-    sources = {"compile": host.compile, "sync": host.sync, "input": host.input, "host": host.host}
-    remaining = Intervals(np.array([lo], np.int64), np.array([hi], np.int64))
-    out: dict[str, Intervals] = {}
-    for category in THREAD_ORDER:
-        got = remaining.intersect(sources[category])
-        out[category] = got
-        if len(got):
-            remaining = remaining.intersect(got.complement(lo, hi))
-    return out
+    owned = Intervals.claim_in_order(
+        [(category, getattr(host, category)) for category in THREAD_ORDER]
+    )
+    return {category: iv.clip(lo, hi) for category, iv in owned.items()}
 
 
 def step_window(analysis: Analysis, steps: int, first_step: int | None) -> tuple[int, int]:

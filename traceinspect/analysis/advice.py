@@ -1,0 +1,117 @@
+"""What the verdict says and what to do: the summary sentence and the recommendations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceinspect.vocabulary import MATTERS, band
+
+
+def workers_message(rec: dict[str, Any]) -> str:
+    current = "unknown" if rec["current"] is None else rec["current"]
+    if rec["value"] == (rec["current"] or 0):
+        head = f"Keep grain_worker_count at {rec['value']}"
+    else:
+        head = f"Set grain_worker_count to {rec['value']} (now {current})"
+    return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
+
+
+def summary_text(
+    verdict: str, top: str, fractions: dict[str, float], input_ns: float, busy_ns: float
+) -> str:
+    if verdict == "device-bound":
+        idle = sum(fractions.values())
+        return (
+            f"The device is busy {1 - idle:.0%} of each step; no cause of idle time reaches "
+            f"{MATTERS:.0%} of step time."
+        )
+    share = fractions[top]
+    if top == "sync":
+        return (
+            f"The device sits idle {share:.0%} of step time because the training loop reads a "
+            "device value every step, so the next step is only prepared after the current one "
+            f"ends; input work ({input_ns / 1e6:.2f} ms/step) is shorter than the device's "
+            f"work ({busy_ns / 1e6:.2f} ms/step), so removing the sync closes the gap."
+        )
+    if top == "input":
+        return (
+            f"The device waits for input {share:.0%} of step time: the training thread "
+            f"waits {input_ns / 1e6:.2f} ms/step for its next batch against "
+            f"{busy_ns / 1e6:.2f} ms/step of device work."
+        )
+    if top == "compile":
+        return f"The device waits for XLA compilation {share:.0%} of step time (recompiling)."
+    if top == "unknown":
+        return (
+            f"The device is idle {share:.0%} of step time with nothing traced on the training "
+            "thread to explain it."
+        )
+    return f"The device waits for other host work {share:.0%} of step time ({band(share)})."
+
+
+def recommendations(
+    verdict: str,
+    fractions: dict[str, float],
+    sync_sites: tuple[str, ...],
+    input_ns: float,
+    busy_ns: float,
+    occasional_sync: bool = False,
+) -> tuple[dict[str, Any], ...]:
+    recs: list[dict[str, Any]] = []
+    if fractions["sync"] >= MATTERS:
+        where = f" ({sync_sites[0]})" if sync_sites else ""
+        message = (
+            f"Stop reading a device value every step{where}: log the previous step's "
+            "metrics instead (keep last step's loss and print it after dispatching the "
+            "next step), or log every N steps, so the host can run ahead."
+        )
+        if occasional_sync:
+            message = (
+                f"The occasional read of a device value{where} idles the device "
+                f"{fractions['sync']:.1%} of step time: read the previous step's value when "
+                "you log (keep it, print it after dispatching the next step) to hide it too."
+            )
+        recs.append({"kind": "remove_sync", "where": list(sync_sites), "message": message})
+    if fractions["input"] >= MATTERS:
+        recs.append(
+            {
+                "kind": "input_pipeline",
+                "input_ms_per_step": round(input_ns / 1e6, 4),
+                "device_busy_ms_per_step": round(busy_ns / 1e6, 4),
+                "message": (
+                    "Make batches faster than the step: prefetch in the background (Grain "
+                    "mp_prefetch / more grain_worker_count, more read threads), or make "
+                    "preprocessing cheaper."
+                ),
+            }
+        )
+    if fractions["compile"] >= MATTERS:
+        recs.append(
+            {
+                "kind": "avoid_recompilation",
+                "message": (
+                    "jit recompiles during training: keep input shapes and static arguments "
+                    "fixed (pad to a few bucket sizes), and check jax.config "
+                    "jax_log_compiles to see what changes."
+                ),
+            }
+        )
+    if fractions["host"] >= MATTERS:
+        recs.append(
+            {
+                "kind": "reduce_host_overhead",
+                "message": (
+                    "The host's own work between steps leaves the device idle: fuse small "
+                    "jitted calls into one step function and move logging or checkpointing "
+                    "off the training thread."
+                ),
+            }
+        )
+    if verdict == "device-bound":
+        recs.append(
+            {
+                "kind": "device_bound",
+                "message": "The input pipeline and host keep up; speed up the model itself.",
+            }
+        )
+    return tuple(recs)

@@ -1,0 +1,178 @@
+"""Each idle instant of the device, given to one cause: the attribution rule.
+
+The idle gaps of the device (the union of all devices' busy intervals) inside the analysed
+steps are split by what the training thread was doing during them, each instant counted
+once, in the precedence of :data:`traceinspect.vocabulary.PRECEDENCE`: compile > sync >
+input > host, and the rest unknown.
+
+Then the sync rule: a gap that opens when a blocking read of a device value ends
+(``float(loss)``: the host waited for the device to finish, so it could not prepare the
+next step in advance) is *caused by the sync*, even though the host spends it fetching the
+next batch or dispatching. Removing the sync would let that work overlap the device's work,
+as long as the input work per step is shorter than the device's work per step; when it is
+longer the run is input-bound whatever the sync does, and that time stays ``input``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinspect import schema as S
+from traceinspect.analysis.host import HostActivity
+from traceinspect.analysis.steps import Steps
+from traceinspect.intervals import Intervals
+from traceinspect.vocabulary import CAUSES, PRECEDENCE
+
+# How long after the device went idle a blocking read may end and still be the reason:
+# the host wakes up shortly after the device finishes the value it waits for.
+SYNC_WAKE_TOLERANCE_NS = 2_000_000
+# Gaps between device operations shorter than this are launch latency on the device side,
+# not something the host caused: they count as busy.
+MIN_GAP_NS = 10_000
+# Gaps whose evidence is gathered (the longest; `gaps` rows beyond have none).
+EVIDENCE_GAPS = 200
+
+
+def gap_table(
+    steps: Steps, busy: Intervals, host: HostActivity, input_bound: bool, busy_per_step: float
+) -> pd.DataFrame:
+    """Per gap piece: idle time split by cause, with the sync rule applied.
+
+    Idle periods are found over the whole analysed window first, so that one period that
+    runs across a step boundary (the end of a step and the start of the next) is judged
+    as one, then cut at step boundaries so each piece belongs to one step. Vectorised:
+    a GPU trace has as many gaps as kernels.
+    """
+    lo, hi = int(steps.starts[0]), int(steps.ends[-1])
+    periods = busy.complement(lo, hi)
+    after_sync = _after_sync(periods, host)
+    # Cut periods at the step boundaries inside them (steps tile [lo, hi) without gaps).
+    cuts = steps.starts[1:]
+    k = np.searchsorted(periods.starts, cuts, side="right") - 1
+    valid = k >= 0
+    inside = np.zeros(len(cuts), dtype=bool)
+    inside[valid] = (cuts[valid] > periods.starts[k[valid]]) & (
+        cuts[valid] < periods.ends[k[valid]]
+    )
+    starts = np.sort(np.concatenate((periods.starts, cuts[inside])))
+    period = np.searchsorted(periods.starts, starts, side="right") - 1
+    ends = periods.ends[period].copy()
+    same = period[1:] == period[:-1]
+    ends[:-1][same] = starts[1:][same]
+    step_index = np.searchsorted(steps.starts, starts, side="right") - 1
+    # Each instant goes to one cause, in precedence order: compile > sync > input > host.
+    owned = Intervals.claim_in_order([(cause, getattr(host, cause)) for cause in PRECEDENCE])
+    parts: dict[str, np.ndarray] = {c: iv.overlap_with(starts, ends) for c, iv in owned.items()}
+    duration = ends - starts
+    parts["unknown"] = duration - sum(parts.values())
+    synced = after_sync[period] if len(period) else np.zeros(0, dtype=bool)
+    # What the host did after each read, per idle period: if that alone takes longer than
+    # the device's step, the host could not run ahead even without the read, so the time
+    # is not the sync's (the loop is input- or host-bound whatever it reads).
+    late = parts["input"] + parts["host"] + parts["unknown"]
+    per_period = np.bincount(period[synced], weights=late[synced], minlength=len(periods))
+    after_read = per_period[after_sync]
+    sync_hides = len(after_read) == 0 or float(np.median(after_read)) <= busy_per_step
+    if not input_bound and sync_hides:
+        # The host was held by the read until the device finished: what it did next
+        # (fetch, dispatch, or untraced Python) is late because of the sync.
+        moved = parts["input"] + parts["host"] + parts["unknown"]
+        parts["sync"] = np.where(synced, parts["sync"] + moved, parts["sync"])
+        for cause in ("input", "host", "unknown"):
+            parts[cause] = np.where(synced, 0, parts[cause])
+    gaps = pd.DataFrame(
+        {
+            S.STEP: steps.numbers[step_index],
+            S.STEP_INDEX: step_index,
+            S.START_NS: starts,
+            "end_ns": ends,
+            S.PERIOD_START_NS: periods.starts[period],
+            S.AFTER_SYNC: synced,
+            **{str(c): parts[c].astype(np.int64) for c in CAUSES},
+            S.DURATION_NS: duration,
+        }
+    )
+    return gaps
+
+
+def close_short_gaps(busy: Intervals, min_gap_ns: int) -> Intervals:
+    if len(busy) < 2:
+        return busy
+    short = (busy.starts[1:] - busy.ends[:-1]) < min_gap_ns
+    return Intervals.union_of(
+        np.concatenate((busy.starts, busy.ends[:-1][short])),
+        np.concatenate((busy.ends, busy.starts[1:][short])),
+    )
+
+
+def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
+    """Idle periods that open when a blocking read ends: a wait that began while the
+    device was still busy and ended at (or shortly after) the moment it went idle, so the
+    host was held until the device finished.
+    """
+    waits = host.sync_events
+    out = np.zeros(len(periods), dtype=bool)
+    if waits.empty or len(periods) == 0:
+        return out
+    w_start = waits[S.START_NS].to_numpy()
+    w_end = waits["end_ns"].to_numpy()
+    for k, p0 in enumerate(periods.starts.tolist()):
+        hit = (w_start < p0) & (w_end >= p0) & (w_end <= p0 + SYNC_WAKE_TOLERANCE_NS)
+        out[k] = bool(hit.any())
+    return out
+
+
+def evidence(gap: pd.Series, host: HostActivity, after_sync: bool, input_bound: bool) -> list[str]:
+    out: list[str] = []
+    g0, g1 = int(gap[S.START_NS]), int(gap["end_ns"])
+    # The idle period this piece belongs to opened when a read returned.
+    read = host.read_ending_at(int(gap[S.PERIOD_START_NS])) if after_sync else None
+    if read is not None:
+        name, start, end, where = read
+        site = f" at {where}" if where else ""
+        out.append(
+            f"{name}{site} blocked the host for {(end - start) / 1e6:.2f} ms "
+            f"until the device finished; the device then waited for the host"
+            + (" (input is slower than the device anyway)" if input_bound else "")
+        )
+    # Outermost events first: a Grain __next__ explains more than its children.
+    for name, category, overlap in host.events_in(g0, g1):
+        out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
+    if gap["compile"] > 0:
+        out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
+    if gap["unknown"] > 0 and not out:
+        out.append(
+            "no traced activity on the training thread (Python code is invisible with the "
+            "Python tracer off: capture with --python-tracer to see it)"
+        )
+    return out
+
+
+def attach_evidence(
+    gaps: pd.DataFrame, host: HostActivity, input_bound: bool, origin_ns: int
+) -> None:
+    """Add each gap's cause, its evidence (for the EVIDENCE_GAPS longest: a GPU trace can hold
+    as many gaps as kernels) and its start in ms from ``origin_ns``, in place."""
+    gaps[S.CAUSE] = gaps[list(CAUSES)].idxmax(axis=1) if len(gaps) else []
+    # (gaps has a RangeIndex, so labels are positions.)
+    longest = gaps[S.DURATION_NS].nlargest(EVIDENCE_GAPS).index
+    found: list[list[str]] = [[] for _ in range(len(gaps))]
+    for row in longest.tolist():
+        g = gaps.loc[row]
+        found[int(row)] = evidence(g, host, bool(g[S.AFTER_SYNC]), input_bound)
+    gaps[S.EVIDENCE] = found
+    gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
+
+
+def sync_sites(host: HostActivity, gaps: pd.DataFrame) -> tuple[str, ...]:
+    """Where the syncs that opened gaps happen: source lines when the Python tracer was on,
+    else the names of the blocking events."""
+    sites: dict[str, int] = {}
+    periods = gaps.loc[gaps[S.AFTER_SYNC], S.PERIOD_START_NS].unique() if len(gaps) else []
+    for p0 in periods:
+        read = host.read_ending_at(int(p0))
+        if read is not None:
+            key = read[3] or read[0]
+            sites[key] = sites.get(key, 0) + 1
+    return tuple(sorted(sites, key=lambda k: -sites[k]))

@@ -1,0 +1,132 @@
+"""The result of an analysis: :class:`Analysis` (what ``analyze --json`` prints) and its parts."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from traceinspect import schema as S
+from traceinspect.vocabulary import CAUSES
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    count: int
+    source: str
+    median_ms: float
+    p90_ms: float
+    dropped: int
+    mean_ms: float = 0.0  # throughput: the window's wall time over its steps
+    p10_ms: float = 0.0
+    bursty: bool = False  # (p90 - p10) / mean > BURSTY_SPREAD
+
+    @property
+    def spread(self) -> float:
+        return (self.p90_ms - self.p10_ms) / self.mean_ms if self.mean_ms else 0.0
+
+    @property
+    def typical_ms(self) -> float:
+        """What one step costs: the mean when steps come in bursts, else the median."""
+        return self.mean_ms if self.bursty else self.median_ms
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """The result of :func:`analyze`; ``to_dict()`` is what ``analyze --json`` prints."""
+
+    path: str
+    backend: str
+    devices: tuple[str, ...]
+    steps: StepSummary
+    busy_fraction: float
+    idle_fraction: float
+    idle_by_cause_ms: dict[str, float]
+    cause_fractions: dict[str, float]
+    verdict: str
+    summary: str
+    input_ms_per_step: float
+    device_busy_ms_per_step: float
+    sync_sites: tuple[str, ...]
+    recommendations: tuple[dict[str, Any], ...]
+    per_step: pd.DataFrame = field(repr=False)
+    gaps: pd.DataFrame = field(repr=False)
+    notes: tuple[str, ...] = ()
+    #: Median device time per step inside collectives (all-reduce, all-gather, ...): part
+    #: of the busy time, and in a multi-host run the time spent waiting for other hosts.
+    collective_ms_per_step: float = 0.0
+    #: How the capture chose the window and whether it is representative of the run (from
+    #: the capture sidecar; None without one).
+    window: dict[str, Any] | None = None
+
+    def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
+        gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
+        if max_gaps is not None:
+            gaps = gaps.iloc[:max_gaps]
+        return {
+            "path": self.path,
+            "backend": self.backend,
+            "devices": list(self.devices),
+            "steps": {
+                "count": self.steps.count,
+                "source": self.steps.source,
+                "median_ms": self.steps.median_ms,
+                "p90_ms": self.steps.p90_ms,
+                "dropped_partial": self.steps.dropped,
+                "mean_ms": self.steps.mean_ms,
+                "p10_ms": self.steps.p10_ms,
+                "spread": round(self.steps.spread, 4),
+                "bursty": self.steps.bursty,
+            },
+            "device": {"busy_fraction": self.busy_fraction, "idle_fraction": self.idle_fraction},
+            "idle_by_cause_ms": self.idle_by_cause_ms,
+            "idle_fraction_by_cause": self.cause_fractions,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "input_ms_per_step": self.input_ms_per_step,
+            "device_busy_ms_per_step": self.device_busy_ms_per_step,
+            "collective_ms_per_step": self.collective_ms_per_step,
+            "sync_sites": list(self.sync_sites),
+            "recommendations": [dict(r) for r in self.recommendations],
+            "per_step": [
+                {
+                    "step": int(r[S.STEP]),
+                    "wall_ms": round(r[S.WALL_NS] / 1e6, 4),
+                    "busy_ms": round(r[S.BUSY_NS] / 1e6, 4),
+                    "idle_ms": round(r[S.IDLE_NS] / 1e6, 4),
+                    "collective_ms": round(r[S.COLLECTIVE_NS] / 1e6, 4),
+                    "idle_by_cause_ms": {c: round(r[S.idle_cause_ns(c)] / 1e6, 4) for c in CAUSES},
+                }
+                for _, r in self.per_step.iterrows()
+            ],
+            "gaps": [
+                {
+                    "step": int(g.step),
+                    S.START_MS: round(float(g.start_ms), 4),
+                    "duration_ms": round(g.duration_ns / 1e6, 4),
+                    "cause": str(g.cause),
+                    "evidence": list(g.evidence),
+                }
+                for g in gaps.itertuples()
+            ],
+            "notes": list(self.notes),
+            "window": self.window,
+        }
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{c}</td><td>{self.idle_by_cause_ms[c]:,.1f}</td>"
+            f"<td>{self.cause_fractions[c]:.1%}</td></tr>"
+            for c in CAUSES
+        )
+        recs = "".join(
+            f"<li>{html.escape(str(r.get('message', r['kind'])))}</li>"
+            for r in self.recommendations
+        )
+        return (
+            f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>"
+            f"<table><tr><th>cause</th><th>idle ms</th><th>of step time</th></tr>{rows}</table>"
+            f"<ul>{recs}</ul>"
+        )

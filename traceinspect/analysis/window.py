@@ -1,0 +1,140 @@
+"""The analysed steps as a window of a run: their spread (bursts), the step at the window's
+edge that lacks context, whether the steps have device work of their own, and whether the
+window represents the run (from the capture sidecar)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from traceinspect.analysis.executions import StepWork
+from traceinspect.analysis.result import StepSummary
+from traceinspect.analysis.steps import Steps
+from traceinspect.errors import AnalysisError
+from traceinspect.intervals import Intervals
+from traceinspect.trace import Trace
+
+# Steps come in bursts when (p90 - p10) / mean of their times exceeds this: Grain's
+# mp_prefetch hands over a batch per worker at once, then none for a while (the scenario
+# family's bursty runs: 1.5-3; steady runs: 0.05-0.4). Then throughput (the mean) is what a
+# step costs, and the verdict and the worker count use it.
+BURSTY_SPREAD = 1.0
+# Below this share of steps with their own device work found, the window holds none.
+MIN_LINKED = 0.5
+
+# The traced window is representative when its mean host step time is within this share of
+# the untraced steps after it (the profiler itself slows CPU-backend steps by 5-20%).
+REPRESENTATIVE = 0.25
+_MIN_STEPS_AFTER = 5
+
+
+def median(values: np.ndarray) -> float:
+    return float(np.median(values)) if len(values) else 0.0
+
+
+def typical(values: np.ndarray, bursty: bool) -> float:
+    """The median of the known values, or their mean when steps come in bursts."""
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return 0.0
+    return float(np.mean(values)) if bursty else float(np.median(values))
+
+
+def step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
+    p10, median, p90 = (float(np.percentile(wall_ms, q)) for q in (10, 50, 90))
+    mean = float(np.mean(wall_ms))
+    return StepSummary(
+        count=len(steps),
+        source=steps.source,
+        median_ms=round(median, 4),
+        p90_ms=round(p90, 4),
+        dropped=steps.dropped,
+        mean_ms=round(mean, 4),
+        p10_ms=round(p10, 4),
+        bursty=bool(mean > 0 and (p90 - p10) / mean > BURSTY_SPREAD),
+    )
+
+
+def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> Steps:
+    """Leave out the first step of a window that ``traceinspect capture`` opened when the
+    device was idle from the start of the trace until after that step began. capture starts
+    the trace at a step boundary, so the end of the step before (where a blocking read would
+    be) is never in the trace: what opened that idle period cannot be known, and one
+    context-less step must not flip a verdict (a loop reading every step was judged
+    input-bound in 1 of 3 captures for this). A trace started elsewhere usually begins
+    mid-step, and the partial step already left out gives the first complete one its
+    context."""
+    if len(steps) < 3 or not (trace.capture or {}).get("window"):
+        return steps
+    first = int(steps.starts[0])
+    before = busy.clip(trace.start_ns, first + 1)
+    if before.total > 0 and int(before.ends[-1]) > first:
+        return steps  # busy when the step began
+    if before.total > 0:
+        return steps  # the idle period began inside the trace: its opener is traced
+    trimmed = Steps(
+        source=steps.source,
+        starts=steps.starts[1:],
+        ends=steps.ends[1:],
+        numbers=steps.numbers[1:],
+        main_line_row=steps.main_line_row,
+        dropped=steps.dropped + 1,
+        marker_names=steps.marker_names,
+    )
+    return trimmed
+
+
+def window_check(capture: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The capture's window (why it opened there) against the untraced steps after it."""
+    window = (capture or {}).get("window")
+    steps = (capture or {}).get("steps") or []
+    if not window:
+        return None, None
+    traced = [s["wall_ms"] for s in steps if s.get("traced") and s.get("wall_ms") is not None]
+    last = window.get("last_step")
+    after = [
+        s["wall_ms"]
+        for s in steps
+        if not s.get("traced")
+        and last is not None
+        and s["index"] > last
+        and s.get("wall_ms") is not None
+    ]
+    out: dict[str, Any] = {
+        "rule": window.get("rule"),
+        "reason": window.get("reason"),
+        "first_step": window.get("first_step"),
+        "last_step": last,
+        "traced_mean_ms": round(float(np.mean(traced)), 4) if traced else None,
+        "after_mean_ms": None,
+        "after_steps": len(after),
+        "representative": None,
+    }
+    if not traced or len(after) < _MIN_STEPS_AFTER:
+        return out, None
+    t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
+    out["after_mean_ms"] = round(a_mean, 4)
+    off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
+    out["representative"] = abs(off) <= REPRESENTATIVE
+    if out["representative"]:
+        return out, None
+    return out, (
+        f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps after "
+        f"them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not represent the run "
+        "(the pace changed, or the profiler slowed it); capture again, later in the run "
+        "(--skip-steps) or with more steps."
+    )
+
+
+def check_own_work(trace: Trace, steps: Steps, work: StepWork | None) -> None:
+    """No verdict from a window whose steps' device work is not in the trace."""
+    if work is None or work.linked >= MIN_LINKED * len(steps):
+        return
+    raise AnalysisError(
+        f"{trace.path}: only {work.linked} of the {len(steps)} traced steps have their device "
+        f"work in the trace: the host ran {work.queued} or more steps ahead of the device, "
+        "which ran the window's steps after the trace stopped. Capture with traceinspect "
+        "capture's default window (it waits until the run is steady), or trace more steps "
+        "(--steps)."
+    )
