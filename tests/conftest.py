@@ -1,9 +1,15 @@
-"""Shared fixtures: an isolated cache, and a parameter over both decoders."""
+"""Shared fixtures: an isolated cache, and a parameter over both decoders; every analysis
+the tests make checks its invariants (traceinspect.analysis.invariants)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from traces import DECODERS
+
+# Set for the whole session, so worker processes (pods, sweeps) inherit it.
+os.environ["TRACEINSPECT_CHECK_INVARIANTS"] = "1"
 
 
 @pytest.fixture(autouse=True)

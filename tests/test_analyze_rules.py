@@ -9,6 +9,7 @@ import xspace as X
 from click.testing import CliRunner
 
 import traceinspect
+from traceinspect import schema as S
 from traceinspect.analysis.analyze import analyze
 from traceinspect.cli import main
 from traceinspect.errors import AnalysisError
@@ -329,3 +330,28 @@ def test_host_work_longer_than_the_device_step_is_not_the_syncs_fault(tmp_path: 
     assert a.idle_by_cause_ms["sync"] == pytest.approx(0.6)
     assert a.idle_by_cause_ms["host"] == pytest.approx(22.5)
     assert a.idle_by_cause_ms["unknown"] == pytest.approx(0.9)
+
+
+def test_the_invariant_checker_catches_a_broken_analysis(tmp_path: Path) -> None:
+    """Every analysis in the tests is checked (conftest sets TRACEINSPECT_CHECK_INVARIANTS);
+    the checker itself fails on a result whose parts do not add up."""
+    import dataclasses
+
+    from traceinspect.analysis.invariants import check_invariants
+
+    xs = X.space()
+    host = _steps(3, 10)
+    ops = [X.Ev("fusion.1", ms(10 * i + 6.5), ms(3)) for i in range(3)]
+    host += [X.Ev("PrefetchDatasetIterator.__next__", ms(10 * i), ms(6)) for i in range(3)]
+    _host(xs, host)
+    X.add_plane(xs, "/device:TPU:0").line("XLA Ops", 0, ops)
+    a = analyze(_load(tmp_path, xs))
+    check_invariants(a)
+    broken = a.gaps.copy()
+    broken["input"] = broken["input"] + 1
+    with pytest.raises(AssertionError, match="gap parts != gap"):
+        check_invariants(dataclasses.replace(a, gaps=broken))
+    per_step = a.per_step.copy()
+    per_step[S.IDLE_NS] = per_step[S.IDLE_NS] - 1
+    with pytest.raises(AssertionError, match="busy \\+ idle != wall"):
+        check_invariants(dataclasses.replace(a, per_step=per_step))

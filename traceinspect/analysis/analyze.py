@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.analysis import invariants
 from traceinspect.analysis.advice import recommendations, summary_text, workers_message
 from traceinspect.analysis.attribution import (
     MIN_GAP_NS,
@@ -116,7 +117,7 @@ def analyze(trace: Trace) -> Analysis:
         # First when input is the problem; after "remove the sync" otherwise.
         first = verdict.verdict == "input-bound"
         advice = (workers, *advice) if first else (*advice, workers)
-    return Analysis(
+    analysis = Analysis(
         path=str(trace.path),
         backend=activity.backend.kind,
         devices=tuple(activity.busy),
@@ -139,6 +140,9 @@ def analyze(trace: Trace) -> Analysis:
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
         window=window_info,
     )
+    if invariants.enabled():
+        invariants.check_invariants(analysis)
+    return analysis
 
 
 def _device_and_steps(trace: Trace) -> tuple[DeviceActivity, Steps, Intervals]:
