@@ -12,17 +12,21 @@ import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from traceinspect.errors import TraceDecodeError, UsageError
 from traceinspect.xplane import fs, pydecode
 from traceinspect.xplane.locate import HostFile
 from traceinspect.xplane.raw import Raw, typed
 
+if TYPE_CHECKING:
+    from traceinspect.xplane._wire import Decoded
+
+_compiled_decode: Callable[[bytes | memoryview, Callable[[int], object] | None], Decoded] | None
 try:
-    from traceinspect.xplane import _wire  # type: ignore[attr-defined]
+    from traceinspect.xplane._wire import decode as _compiled_decode
 except ImportError:  # not built: no compiler at install time
-    _wire = None
+    _compiled_decode = None
 
 DecoderName = Literal["auto", "c", "python"]
 Progress = Callable[[int], object]
@@ -31,7 +35,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def compiled_available() -> bool:
-    return _wire is not None
+    return _compiled_decode is not None
 
 
 def resolve_decoder(decoder: DecoderName | None = None) -> Literal["c", "python"]:
@@ -39,13 +43,13 @@ def resolve_decoder(decoder: DecoderName | None = None) -> Literal["c", "python"
     choice = decoder or os.environ.get("TRACEINSPECT_DECODER", "auto") or "auto"
     if choice not in ("auto", "c", "python"):
         raise UsageError(f"unknown decoder {choice!r}: use 'auto', 'c' or 'python'.")
-    if choice == "c" and _wire is None:
+    if choice == "c" and _compiled_decode is None:
         raise UsageError(
             "the compiled decoder is not built in this install; reinstall traceinspect "
             "on a machine with a C compiler, or use the 'python' decoder."
         )
     if choice == "auto":
-        return "c" if _wire is not None else "python"
+        return "c" if _compiled_decode is not None else "python"
     return "c" if choice == "c" else "python"
 
 
@@ -61,8 +65,8 @@ def _hint(head: bytes) -> str:
 
 def _decode(data: Any, decoder: Literal["c", "python"], progress: Progress | None) -> Any:
     if decoder == "c":
-        assert _wire is not None
-        return _wire.decode(data, progress)
+        assert _compiled_decode is not None
+        return _compiled_decode(data, progress)
     return pydecode.decode(data, progress)
 
 

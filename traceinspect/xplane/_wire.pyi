@@ -1,0 +1,41 @@
+"""Types of the compiled XPlane decoder (``_wire.c``); ``pydecode.decode`` returns the same."""
+
+from collections.abc import Callable
+from typing import TypedDict
+
+import numpy as np
+
+class StatColumns(TypedDict):
+    owner: np.ndarray  # int32: the row of the event / plane / metadata the stat belongs to
+    stat: np.ndarray  # int32: index into stat_names
+    kind: np.ndarray  # int8: schema.STAT_KINDS
+    int_value: np.ndarray  # int64
+    float_value: np.ndarray  # float64
+    str_value: np.ndarray  # int32: index into str_values, -1 for none
+
+class Decoded(TypedDict):
+    hostnames: list[str]
+    errors: list[str]
+    warnings: list[str]
+    event_names: list[str]
+    stat_names: list[str]
+    str_values: list[str]
+    plane_names: list[str]
+    line_names: list[str]
+    line_display_names: list[str]
+    metadata_display_names: list[str]
+    planes: dict[str, np.ndarray]  # xplane_id
+    lines: dict[str, np.ndarray]  # plane_row, line_id, timestamp_ns, duration_ps, ...
+    events: dict[str, np.ndarray]  # line_row, name, start_ns, duration_ns
+    aggregated: dict[str, np.ndarray]  # line_row, name, occurrences, duration_ps
+    metadata: dict[str, np.ndarray]  # plane_row, metadata_id, name
+    event_stats: StatColumns
+    aggregated_stats: StatColumns
+    plane_stats: StatColumns
+    metadata_stats: StatColumns
+
+def decode(
+    data: bytes | bytearray | memoryview, progress: Callable[[int], object] | None = None
+) -> Decoded:
+    """Decode serialized XSpace bytes into columns. ``progress(bytes_done)`` is called about
+    every million events. Raises ``ValueError`` on malformed input."""
