@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import traceinspect
-from traceinspect.analysis.pod import HostResult, analyze_pod
+from traceinspect.analysis.straggler import HostResult, analyze_pod
 from traceinspect.cli import main
 from traceinspect.errors import AnalysisError, UsageError
 from traceinspect.pod import (

@@ -49,7 +49,7 @@ def _sidecar(
 def _rec(verdict: str, device_ms: float, step_ms: float, sidecar: dict[str, Any]) -> dict[str, Any]:
     return recommend_workers(
         worker_inputs(
-            verdict, step_ms, device_ms, input_wait_ms=step_ms - device_ms, capture=sidecar
+            verdict, step_ms, device_ms, input_wait_ms=step_ms - device_ms, sidecar=sidecar
         )
     )
 

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from traceinspect import schema
     from traceinspect.analysis.analyze import analyze
     from traceinspect.analysis.compare import Comparison, compare
-    from traceinspect.analysis.pod import PodAnalysis
     from traceinspect.analysis.result import Analysis
+    from traceinspect.analysis.straggler import PodAnalysis
     from traceinspect.pod import analyze_run
     from traceinspect.report.html import render_html
     from traceinspect.report.plots import (
@@ -48,7 +48,7 @@ _LAZY = {
     "analyze": ("traceinspect.analysis.analyze", "analyze"),
     "Comparison": ("traceinspect.analysis.compare", "Comparison"),
     "compare": ("traceinspect.analysis.compare", "compare"),
-    "PodAnalysis": ("traceinspect.analysis.pod", "PodAnalysis"),
+    "PodAnalysis": ("traceinspect.analysis.straggler", "PodAnalysis"),
     "analyze_run": ("traceinspect.pod", "analyze_run"),
     "plot_hosts": ("traceinspect.report.pod_plots", "plot_hosts"),
     "plot_host_steps": ("traceinspect.report.pod_plots", "plot_host_steps"),

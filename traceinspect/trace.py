@@ -59,7 +59,7 @@ class Trace:
     located: Located
     load_info: LoadInfo
     #: The run's ``traceinspect.capture.json`` when ``traceinspect capture`` made it.
-    capture: dict[str, Any] | None = field(default=None, repr=False)
+    sidecar: dict[str, Any] | None = field(default=None, repr=False)
 
     # --- frames ---------------------------------------------------------------------------
     @property
@@ -361,7 +361,7 @@ def load(
     info = LoadInfo(
         decoder=chosen, seconds=time.perf_counter() - t0, bytes_read=total, cached_files=cached
     )
-    return Trace(frames=frames, located=located, load_info=info, capture=_sidecar(located))
+    return Trace(frames=frames, located=located, load_info=info, sidecar=_sidecar(located))
 
 
 def _sidecar(located: Located) -> dict[str, Any] | None:

@@ -28,9 +28,9 @@ from traceinspect.analysis.attribution import (
     sync_sites,
 )
 from traceinspect.analysis.executions import StepWork, step_work
-from traceinspect.analysis.host import HostActivity, training_thread_activity
 from traceinspect.analysis.result import Analysis, StepSummary
 from traceinspect.analysis.steps import Steps, find_steps
+from traceinspect.analysis.training_thread import HostActivity, training_thread_activity
 from traceinspect.analysis.window import (
     check_own_work,
     drop_contextless_first_step,
@@ -98,19 +98,19 @@ def analyze(trace: Trace) -> Analysis:
     }
     verdict = _verdict(fractions, per_step)
     sites = sync_sites(host, gaps)
-    window_info, window_note = window_check(trace.capture)
+    window_info, window_note = window_check(trace.sidecar)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
     advice = recommendations(
         verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
     )
-    if (trace.capture or {}).get("grain") or input_per_step > 0:
+    if (trace.sidecar or {}).get("grain") or input_per_step > 0:
         workers = recommend_workers(
             worker_inputs(
                 verdict.verdict,
                 step_ms=summary_of_steps.typical_ms,
                 device_busy_ms=device_per_step / 1e6,
                 input_wait_ms=input_per_step / 1e6,
-                capture=trace.capture,
+                sidecar=trace.sidecar,
             )
         )
         workers["message"] = workers_message(workers)

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.host import HostActivity
 from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES, PRECEDENCE
 

@@ -229,7 +229,7 @@ def nested(events: pd.DataFrame) -> np.ndarray:
 
 
 def _sidecar(trace: Trace, lo: int, hi: int) -> Steps | None:
-    capture = trace.capture or {}
+    capture = trace.sidecar or {}
     base = trace.metadata.get("profile_start_time")
     traced = [s for s in capture.get("steps", []) if s.get("traced")]
     if not traced or not isinstance(base, int):

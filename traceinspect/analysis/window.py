@@ -65,7 +65,7 @@ def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> 
     input-bound in 1 of 3 captures for this). A trace started elsewhere usually begins
     mid-step, and the partial step already left out gives the first complete one its
     context."""
-    if len(steps) < 3 or not (trace.capture or {}).get("window"):
+    if len(steps) < 3 or not (trace.sidecar or {}).get("window"):
         return steps
     first = int(steps.starts[0])
     before = busy.clip(trace.start_ns, first + 1)

@@ -304,11 +304,11 @@ def worker_inputs(
     step_ms: float,
     device_busy_ms: float,
     input_wait_ms: float,
-    capture: dict[str, Any] | None,
+    sidecar: dict[str, Any] | None,
 ) -> WorkerInputs:
     """Gather the inputs from the analysis numbers and the capture sidecar (may be None)."""
-    grain = (capture or {}).get("grain") or {}
-    host = (capture or {}).get("host") or {}
+    grain = (sidecar or {}).get("grain") or {}
+    host = (sidecar or {}).get("host") or {}
 
     def as_int(value: Any) -> int | None:
         return (
@@ -316,7 +316,7 @@ def worker_inputs(
         )
 
     current: int | None = None
-    if capture is not None:
+    if sidecar is not None:
         # A capture that saw no MultiprocessingOptions: batches are made in-process.
         current = as_int(grain.get("worker_count")) or 0
     return WorkerInputs(

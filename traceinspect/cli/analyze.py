@@ -17,7 +17,7 @@ from traceinspect.errors import UsageError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from traceinspect.analysis.pod import HostResult
+    from traceinspect.analysis.straggler import HostResult
     from traceinspect.xplane.locate import Located
 
 

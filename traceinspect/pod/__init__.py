@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from traceinspect.analysis.pod import HostResult, PodAnalysis, analyze_pod
+from traceinspect.analysis.straggler import HostResult, PodAnalysis, analyze_pod
 from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
 from traceinspect.pod._engines import (
     DaskEngine,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from traceinspect.analysis.pod import PodAnalysis
 from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.straggler import PodAnalysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,

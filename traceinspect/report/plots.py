@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.host import HostActivity
-from traceinspect.analysis.host import training_thread_activity as _thread_activity
 from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.steps import find_steps
+from traceinspect.analysis.training_thread import HostActivity
+from traceinspect.analysis.training_thread import training_thread_activity as _thread_activity
 from traceinspect.backends.activity import device_activity
 from traceinspect.errors import UsageError
 from traceinspect.intervals import Intervals

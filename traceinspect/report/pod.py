@@ -1,4 +1,4 @@
-"""Text rendering of a multi-host :class:`~traceinspect.analysis.pod.PodAnalysis`."""
+"""Text rendering of a multi-host :class:`~traceinspect.analysis.straggler.PodAnalysis`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from traceinspect.analysis.pod import PodAnalysis
+from traceinspect.analysis.straggler import PodAnalysis
 
 # Recommendations that already name their host in the message.
 _POD_WIDE = ("fix_straggler", "grain_worker_count")

@@ -1,4 +1,4 @@
-"""Figures of a multi-host :class:`~traceinspect.analysis.pod.PodAnalysis`: hosts side by side.
+"""Figures of a multi-host run (:class:`~traceinspect.analysis.straggler.PodAnalysis`).
 
 Same conventions as :mod:`traceinspect.report.plots`: each function draws into ``ax`` (a
 new Agg figure when None) and returns it; the cause colours are the same everywhere, and
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traceinspect import schema as S
-from traceinspect.analysis.pod import PodAnalysis
+from traceinspect.analysis.straggler import PodAnalysis
 from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,
