@@ -56,14 +56,14 @@ def test_input_bound_tpu(tmp_path: Path) -> None:
     assert a.busy_fraction == pytest.approx(0.3)
     assert a.verdict == "input-bound"
     assert a.input_ms_per_step == 6.0 and a.device_busy_ms_per_step == 3.0
-    kinds = [r["kind"] for r in a.recommendations]
+    kinds = [r.kind for r in a.recommendations]
     assert kinds == ["grain_worker_count", "input_pipeline", "reduce_host_overhead"]
     # No sidecar: assumed in-process input; 6 ms/batch against 3 ms of device work with 25%
     # headroom -> ceil(6 * 1.25 / 3) = 3 workers, a batch every 2 ms, so the device paces it.
     workers = a.recommendations[0]
-    assert (workers["value"], workers["current"], workers["bounded_by"]) == (3, None, None)
-    assert workers["expected_step_ms"] == 3.0
-    assert "assumed no worker processes" in workers["reason"]
+    assert (workers.value, workers.current, workers.bounded_by) == (3, None, None)
+    assert workers.expected_step_ms == 3.0
+    assert "assumed no worker processes" in workers.reason
     top = a.to_dict()["gaps"][0]
     assert top["cause"] == "input" and top["duration_ms"] == 6.5
     assert any("PrefetchDatasetIterator.__next__ (input) 6.00 ms" in e for e in top["evidence"])
@@ -87,7 +87,7 @@ def test_sync_bound_gpu(tmp_path: Path) -> None:
     }
     assert a.verdict == "sync-bound"
     assert a.sync_sites == ("np.asarray(jax.Array)",)
-    assert a.recommendations[0]["kind"] == "remove_sync"
+    assert a.recommendations[0].kind == "remove_sync"
     sync_gap = next(g for g in a.to_dict()["gaps"] if g["cause"] == "sync")
     assert "np.asarray(jax.Array) blocked the host" in sync_gap["evidence"][0]
 
@@ -114,7 +114,7 @@ def test_compile_on_compiler_thread(tmp_path: Path) -> None:
     a = analyze(_load(tmp_path, xs))
     assert a.idle_by_cause_ms["compile"] == 9.0
     assert a.verdict == "compile-bound"
-    assert a.recommendations[0]["kind"] == "avoid_recompilation"
+    assert a.recommendations[0].kind == "avoid_recompilation"
 
 
 def test_bounded_sync_that_keeps_the_device_busy_is_not_flagged(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_bounded_sync_that_keeps_the_device_busy_is_not_flagged(tmp_path: Path) 
     a = analyze(_load(tmp_path, xs))
     assert a.idle_fraction == 0.0
     assert a.verdict == "device-bound"
-    assert [r["kind"] for r in a.recommendations] == ["device_bound"]
+    assert [r.kind for r in a.recommendations] == ["device_bound"]
 
 
 def test_unexplained_idle_is_called_unknown(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_python_tracer_names_the_users_line(tmp_path: Path) -> None:
     a = analyze(_load(tmp_path, _sync_trace(input_ms=1.0, extra=frames)))
     assert a.verdict == "sync-bound"
     assert a.sync_sites == ("train.py:57 train_loop",)
-    assert "train.py:57 train_loop" in a.recommendations[0]["message"]
+    assert "train.py:57 train_loop" in a.recommendations[0].message
 
 
 def test_cpu_programs_run_inline_on_the_calling_thread(tmp_path: Path) -> None:

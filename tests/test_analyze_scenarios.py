@@ -43,7 +43,7 @@ def test_sync_bound_numbers() -> None:
     # after each read is the sync's, not the pipeline's.
     assert a.input_ms_per_step < a.device_busy_ms_per_step
     assert a.cause_fractions["sync"] >= 0.20
-    assert a.recommendations[0]["kind"] == "remove_sync"
+    assert a.recommendations[0].kind == "remove_sync"
     assert any("np.asarray" in site or "host_read" in site for site in a.sync_sites)
 
 
@@ -52,16 +52,16 @@ def test_input_bound_numbers() -> None:
     assert a.input_ms_per_step > 2 * a.device_busy_ms_per_step
     assert a.cause_fractions["input"] >= 0.5
     workers = a.recommendations[0]
-    assert workers["kind"] == "grain_worker_count"
+    assert workers.kind == "grain_worker_count"
     # In-process input (0 workers) taking ~40 ms/batch against ~12 ms of device work needs
     # 5 workers; the capture recorded 2 usable cores, which binds.
-    assert (workers["current"], workers["value"], workers["bounded_by"]) == (0, 2, "cores")
+    assert (workers.current, workers.value, workers.bounded_by) == (0, 2, "cores")
 
 
 def test_bounded_sync_is_not_flagged() -> None:
     a = analyze(traceinspect.load(_trace("bounded_sync")))
     assert a.cause_fractions["sync"] < 0.05
-    assert "remove_sync" not in [r["kind"] for r in a.recommendations]
+    assert "remove_sync" not in [r.kind for r in a.recommendations]
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_worker_recommendation_lands_at_the_measured_knee() -> None:
     a = analyze(traceinspect.load(_trace("one_worker")))
     assert a.verdict == "input-bound"
     workers = a.recommendations[0]
-    assert workers["kind"] == "grain_worker_count"
-    assert workers["current"] == 1
-    assert sweep["knee"] <= workers["value"] <= sweep["knee"] + 1
-    assert workers["expected_step_ms"] <= a.steps.median_ms
+    assert workers.kind == "grain_worker_count"
+    assert workers.current == 1
+    assert sweep["knee"] <= workers.value <= sweep["knee"] + 1
+    assert workers.expected_step_ms <= a.steps.median_ms

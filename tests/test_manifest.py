@@ -43,8 +43,8 @@ def test_bundled_trace_gets_its_verdict(entry: dict[str, Any]) -> None:
     knee_of = entry.get("knee_of")
     if knee_of is not None:
         knee = FAMILY["knees"][knee_of]
-        rec = next(r for r in analysis.recommendations if r["kind"] == "grain_worker_count")
-        assert knee <= rec["value"] <= knee + 2, (knee, rec)
+        rec = next(r for r in analysis.recommendations if r.kind == "grain_worker_count")
+        assert knee <= rec.value <= knee + 2, (knee, rec)
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "pod" in e], ids=lambda e: e["path"])

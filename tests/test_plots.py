@@ -245,7 +245,7 @@ def test_html_page(built: tuple[traceinspect.Trace, Analysis]) -> None:
     page = render_html(trace, a)
     assert page.startswith("<!DOCTYPE html>")
     assert "<b>sync-bound</b>" in page
-    message = a.recommendations[0]["message"]
+    message = a.recommendations[0].message
     assert message.replace("'", "&#x27;") in page
     # Evidence names the jitted lambda: escaped, never raw markup.
     assert any(LAMBDA in line for line in a.gaps["evidence"].sum())

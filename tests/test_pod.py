@@ -105,13 +105,13 @@ def test_one_slow_host_is_named_and_confirmed(tmp_path: Path) -> None:
     assert pod.per_step["starved_host"].tolist() == ["h2"] * 6
     assert pod.per_step["starved_input_wait_ms"].tolist() == [6.0] * 6
     assert len(pod.steps) == 24 and sorted(pod.steps["step"].unique()) == list(range(6))
-    kinds = [r["kind"] for r in pod.recommendations]
+    kinds = [r.kind for r in pod.recommendations]
     assert kinds[0] == "fix_straggler" and "grain_worker_count" in kinds
-    workers = next(r for r in pod.recommendations if r["kind"] == "grain_worker_count")
+    workers = next(r for r in pod.recommendations if r.kind == "grain_worker_count")
     # h2 makes a batch in 6 ms for 3.9 ms of device work (3 compute + 0.9 all-reduce):
     # ceil(6 * 1.25 / 3.9) = 2 workers, one setting for every host.
-    assert workers["host"] == "h2" and workers["value"] == 2
-    assert workers["message"].startswith("Set grain_worker_count to 2 on every host: h2 needs")
+    assert workers.host == "h2" and workers.value == 2
+    assert workers.message.startswith("Set grain_worker_count to 2 on every host: h2 needs")
 
 
 def test_balanced_pod_has_no_straggler(tmp_path: Path) -> None:

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from traceinspect.analysis.result import Recommendation
 from traceinspect.vocabulary import MATTERS, band
-
-
-def workers_message(rec: dict[str, Any]) -> str:
-    current = "unknown" if rec["current"] is None else rec["current"]
-    if rec["value"] == (rec["current"] or 0):
-        head = f"Keep grain_worker_count at {rec['value']}"
-    else:
-        head = f"Set grain_worker_count to {rec['value']} (now {current})"
-    return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
 
 
 def summary_text(
@@ -56,8 +46,8 @@ def recommendations(
     input_ns: float,
     busy_ns: float,
     occasional_sync: bool = False,
-) -> tuple[dict[str, Any], ...]:
-    recs: list[dict[str, Any]] = []
+) -> tuple[Recommendation, ...]:
+    recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
         message = (
@@ -71,47 +61,40 @@ def recommendations(
                 f"{fractions['sync']:.1%} of step time: read the previous step's value when "
                 "you log (keep it, print it after dispatching the next step) to hide it too."
             )
-        recs.append({"kind": "remove_sync", "where": list(sync_sites), "message": message})
+        recs.append(Recommendation("remove_sync", message, where=sync_sites))
     if fractions["input"] >= MATTERS:
         recs.append(
-            {
-                "kind": "input_pipeline",
-                "input_ms_per_step": round(input_ns / 1e6, 4),
-                "device_busy_ms_per_step": round(busy_ns / 1e6, 4),
-                "message": (
-                    "Make batches faster than the step: prefetch in the background (Grain "
-                    "mp_prefetch / more grain_worker_count, more read threads), or make "
-                    "preprocessing cheaper."
-                ),
-            }
+            Recommendation(
+                "input_pipeline",
+                "Make batches faster than the step: prefetch in the background (Grain "
+                "mp_prefetch / more grain_worker_count, more read threads), or make "
+                "preprocessing cheaper.",
+                input_ms_per_step=round(input_ns / 1e6, 4),
+                device_busy_ms_per_step=round(busy_ns / 1e6, 4),
+            )
         )
     if fractions["compile"] >= MATTERS:
         recs.append(
-            {
-                "kind": "avoid_recompilation",
-                "message": (
-                    "jit recompiles during training: keep input shapes and static arguments "
-                    "fixed (pad to a few bucket sizes), and check jax.config "
-                    "jax_log_compiles to see what changes."
-                ),
-            }
+            Recommendation(
+                "avoid_recompilation",
+                "jit recompiles during training: keep input shapes and static arguments "
+                "fixed (pad to a few bucket sizes), and check jax.config "
+                "jax_log_compiles to see what changes.",
+            )
         )
     if fractions["host"] >= MATTERS:
         recs.append(
-            {
-                "kind": "reduce_host_overhead",
-                "message": (
-                    "The host's own work between steps leaves the device idle: fuse small "
-                    "jitted calls into one step function and move logging or checkpointing "
-                    "off the training thread."
-                ),
-            }
+            Recommendation(
+                "reduce_host_overhead",
+                "The host's own work between steps leaves the device idle: fuse small "
+                "jitted calls into one step function and move logging or checkpointing "
+                "off the training thread.",
+            )
         )
     if verdict == "device-bound":
         recs.append(
-            {
-                "kind": "device_bound",
-                "message": "The input pipeline and host keep up; speed up the model itself.",
-            }
+            Recommendation(
+                "device_bound", "The input pipeline and host keep up; speed up the model itself."
+            )
         )
     return tuple(recs)

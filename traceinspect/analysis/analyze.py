@@ -19,7 +19,7 @@ import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.analysis import invariants
-from traceinspect.analysis.advice import recommendations, summary_text, workers_message
+from traceinspect.analysis.advice import recommendations, summary_text
 from traceinspect.analysis.attribution import (
     MIN_GAP_NS,
     attach_evidence,
@@ -113,7 +113,6 @@ def analyze(trace: Trace) -> Analysis:
                 sidecar=trace.sidecar,
             )
         )
-        workers["message"] = workers_message(workers)
         # First when input is the problem; after "remove the sync" otherwise.
         first = verdict.verdict == "input-bound"
         advice = (workers, *advice) if first else (*advice, workers)

@@ -11,6 +11,64 @@ import pandas as pd
 from traceinspect import schema as S
 from traceinspect.vocabulary import CAUSES
 
+GRAIN_WORKER_COUNT = "grain_worker_count"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One thing to do. ``to_dict()`` is the object ``analyze --json`` prints under
+    ``recommendations``: ``kind``, the fields of that kind, then ``message``; a pod adds the
+    host(s) it applies to after the message (``on_host``, ``on_hosts``)."""
+
+    kind: str
+    message: str
+    #: remove_sync: where the reads are (source lines, or the blocking events' names).
+    where: tuple[str, ...] | None = None
+    #: input_pipeline: the training thread's input time and the device's work, per step.
+    input_ms_per_step: float | None = None
+    device_busy_ms_per_step: float | None = None
+    #: grain_worker_count: the count to use, the count in use (None: unknown), why, the
+    #: step time expected with it, the limit that bound it, and what the probe measured.
+    value: int | None = None
+    current: int | None = None
+    reason: str | None = None
+    expected_step_ms: float | None = None
+    bounded_by: str | None = None
+    measured: dict[str, Any] | None = None
+    #: Pod-wide kinds: the host it is about; grain_worker_count: each host's own count.
+    host: str | None = None
+    per_host: dict[str, int] | None = None
+    #: Added by a pod to a host's own recommendation: the host, or hosts, it applies to.
+    on_host: str | None = None
+    on_hosts: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.where is not None:
+            out["where"] = list(self.where)
+        if self.input_ms_per_step is not None:
+            out["input_ms_per_step"] = self.input_ms_per_step
+            out["device_busy_ms_per_step"] = self.device_busy_ms_per_step
+        if self.kind == GRAIN_WORKER_COUNT:
+            out["value"] = self.value
+            out["current"] = self.current
+        if self.reason is not None:
+            out["reason"] = self.reason
+            out["expected_step_ms"] = self.expected_step_ms
+            out["bounded_by"] = self.bounded_by
+        if self.measured is not None:
+            out["measured"] = self.measured
+        if self.host is not None:
+            out["host"] = self.host
+        if self.per_host is not None:
+            out["per_host"] = self.per_host
+        out["message"] = self.message
+        if self.on_host is not None:
+            out["host"] = self.on_host
+        if self.on_hosts is not None:
+            out["hosts"] = list(self.on_hosts)
+        return out
+
 
 @dataclass(frozen=True)
 class StepSummary:
@@ -50,7 +108,7 @@ class Analysis:
     input_ms_per_step: float
     device_busy_ms_per_step: float
     sync_sites: tuple[str, ...]
-    recommendations: tuple[dict[str, Any], ...]
+    recommendations: tuple[Recommendation, ...]
     per_step: pd.DataFrame = field(repr=False)
     gaps: pd.DataFrame = field(repr=False)
     notes: tuple[str, ...] = ()
@@ -89,7 +147,7 @@ class Analysis:
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
             "collective_ms_per_step": self.collective_ms_per_step,
             "sync_sites": list(self.sync_sites),
-            "recommendations": [dict(r) for r in self.recommendations],
+            "recommendations": [r.to_dict() for r in self.recommendations],
             "per_step": [
                 {
                     "step": int(r[S.STEP]),
@@ -121,10 +179,7 @@ class Analysis:
             f"<td>{self.cause_fractions[c]:.1%}</td></tr>"
             for c in CAUSES
         )
-        recs = "".join(
-            f"<li>{html.escape(str(r.get('message', r['kind'])))}</li>"
-            for r in self.recommendations
-        )
+        recs = "".join(f"<li>{html.escape(r.message or r.kind)}</li>" for r in self.recommendations)
         return (
             f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>"
             f"<table><tr><th>cause</th><th>idle ms</th><th>of step time</th></tr>{rows}</table>"

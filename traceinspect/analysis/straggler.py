@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import html
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Recommendation
 from traceinspect.vocabulary import CAUSES, MATTERS
 
 # The straggler must wait at least this many times longer for input than any other host.
@@ -105,7 +105,7 @@ class PodAnalysis:
     straggler: Straggler | None
     verdict: str
     summary: str
-    recommendations: tuple[dict[str, Any], ...]
+    recommendations: tuple[Recommendation, ...]
     notes: tuple[str, ...] = ()
 
     @property
@@ -134,7 +134,7 @@ class PodAnalysis:
             "verdict": self.verdict,
             "summary": self.summary,
             "straggler": None if self.straggler is None else self.straggler.to_dict(),
-            "recommendations": [dict(r) for r in self.recommendations],
+            "recommendations": [r.to_dict() for r in self.recommendations],
             "hosts_table": [
                 {"host": str(h), **{k: _jsonable(v) for k, v in row.items()}}
                 for h, row in self.hosts.iterrows()
@@ -315,9 +315,7 @@ def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.Dat
             row.update(verdict="error", error=r.error)
             rows.append(row)
             continue
-        workers = next(
-            (x for x in a.recommendations if x.get("kind") == "grain_worker_count"), None
-        )
+        workers = next((x for x in a.recommendations if x.kind == GRAIN_WORKER_COUNT), None)
         row.update(
             verdict=a.verdict,
             steps=a.steps.count,
@@ -328,7 +326,7 @@ def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.Dat
             input_work_ms_per_step=a.input_ms_per_step,
             input_wait_ms_per_step=np.nan,
             idle_fraction=a.idle_fraction,
-            grain_workers=None if workers is None else workers.get("value"),
+            grain_workers=None if workers is None else workers.value,
             error=None,
         )
         if by_host is not None and r.host in by_host.groups:
@@ -430,66 +428,63 @@ def _pod_verdict(
 
 def _recommendations(
     analyses: dict[str, Analysis], straggler: Straggler | None
-) -> tuple[dict[str, Any], ...]:
+) -> tuple[Recommendation, ...]:
     """What to do, pod-wide: the straggler's own fixes first, and one worker count for
     every host (they run the same pipeline, each on its shard)."""
-    recs: list[dict[str, Any]] = []
+    recs: list[Recommendation] = []
     if straggler is not None:
         recs.append(
-            {
-                "kind": "fix_straggler",
-                "host": straggler.host,
-                "message": (
-                    f"Look at {straggler.host} first: every host loads its own shard "
-                    "(global batch / process count), so one slow pipeline sets the pace of "
-                    "the pod. Compare its data shard, disk or network reads and CPU load "
-                    "with the other hosts'."
-                ),
-            }
+            Recommendation(
+                "fix_straggler",
+                f"Look at {straggler.host} first: every host loads its own shard "
+                "(global batch / process count), so one slow pipeline sets the pace of "
+                "the pod. Compare its data shard, disk or network reads and CPU load "
+                "with the other hosts'.",
+                host=straggler.host,
+            )
         )
         own = analyses.get(straggler.host)
         if own is not None:
             recs.extend(
-                {**r, "host": straggler.host}
+                replace(r, on_host=straggler.host)
                 for r in own.recommendations
-                if r.get("kind") not in ("device_bound", "grain_worker_count")
+                if r.kind not in ("device_bound", GRAIN_WORKER_COUNT)
             )
     else:
         # No straggler: what the hosts' own analyses advise, most common first.
-        by_kind: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        by_kind: dict[str, tuple[Recommendation, list[str]]] = {}
         for h, a in analyses.items():
             for r in a.recommendations:
-                if r.get("kind") != "grain_worker_count":
-                    by_kind.setdefault(str(r["kind"]), (r, []))[1].append(h)
+                if r.kind != GRAIN_WORKER_COUNT:
+                    by_kind.setdefault(r.kind, (r, []))[1].append(h)
         for rec, on in sorted(by_kind.values(), key=lambda item: -len(item[1])):
             where = "every host" if len(on) == len(analyses) else ", ".join(sorted(on))
-            recs.append({**rec, "hosts": sorted(on), "message": f"({where}) {rec['message']}"})
+            recs.append(
+                replace(rec, on_hosts=tuple(sorted(on)), message=f"({where}) {rec.message}")
+            )
     workers = {
-        h: r
-        for h, a in analyses.items()
-        for r in a.recommendations
-        if r.get("kind") == "grain_worker_count"
+        h: r for h, a in analyses.items() for r in a.recommendations if r.kind == GRAIN_WORKER_COUNT
     }
     if workers:
-        need = max(workers, key=lambda h: int(workers[h]["value"]))
-        value = int(workers[need]["value"])
-        currents = {r.get("current") for r in workers.values()}
+        need = max(workers, key=lambda h: int(workers[h].value or 0))
+        value = int(workers[need].value or 0)
+        currents = {r.current for r in workers.values()}
         current = currents.pop() if len(currents) == 1 else None
         if current is not None and value <= int(current):
             message = f"Keep grain_worker_count at {current} on every host."
         else:
             message = (
                 f"Set grain_worker_count to {value} on every host: {need} needs it; "
-                f"{workers[need]['reason']}."
+                f"{workers[need].reason}."
             )
         recs.append(
-            {
-                "kind": "grain_worker_count",
-                "value": value,
-                "current": current,
-                "host": need,
-                "per_host": {h: int(r["value"]) for h, r in workers.items()},
-                "message": message,
-            }
+            Recommendation(
+                GRAIN_WORKER_COUNT,
+                message,
+                value=value,
+                current=current,
+                host=need,
+                per_host={h: int(r.value or 0) for h, r in workers.items()},
+            )
         )
     return tuple(recs)

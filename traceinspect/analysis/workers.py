@@ -38,6 +38,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
+
 HEADROOM = 1.25
 # A Grain worker is a Python process holding the pipeline's modules: what one costs in RAM
 # besides its buffered batches (measured on this project's machine: ~150-250 MB RSS).
@@ -144,8 +146,32 @@ def _capped(inputs: WorkerInputs, needed: int) -> tuple[int, str | None, int | N
     return value, bound, by_cores, by_memory
 
 
-def recommend_workers(inputs: WorkerInputs) -> dict[str, Any]:
-    """The ``grain_worker_count`` recommendation, as it appears in ``analyze --json``."""
+def recommend_workers(inputs: WorkerInputs) -> Recommendation:
+    """The ``grain_worker_count`` recommendation."""
+    rec = _recommend(inputs)
+    return Recommendation(
+        GRAIN_WORKER_COUNT,
+        _message(rec),
+        value=rec["value"],
+        current=rec["current"],
+        reason=rec["reason"],
+        expected_step_ms=rec["expected_step_ms"],
+        bounded_by=rec["bounded_by"],
+        measured=rec.get("measured"),
+    )
+
+
+def _message(rec: dict[str, Any]) -> str:
+    current = "unknown" if rec["current"] is None else rec["current"]
+    if rec["value"] == (rec["current"] or 0):
+        head = f"Keep grain_worker_count at {rec['value']}"
+    else:
+        head = f"Set grain_worker_count to {rec['value']} (now {current})"
+    return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
+
+
+def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
+    """The recommendation's fields, in the order ``analyze --json`` prints them."""
     current = inputs.current
     assumed = current is None
     m = 0 if current is None else current

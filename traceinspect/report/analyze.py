@@ -52,7 +52,7 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
         out.append("")
         out.append("What to do")
         for rec in a.recommendations:
-            out.append(f"  - {rec['message']}")
+            out.append(f"  - {rec.message}")
     for note in a.notes:
         out.append(f"Note: {note}")
     return "\n".join(out)

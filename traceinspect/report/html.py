@@ -138,9 +138,7 @@ def render_html(
     a = analysis
     if figures is None:
         figures = analysis_figures(trace, a)
-    recs = "".join(
-        f"<li>{escape(str(r.get('message', r['kind'])))}</li>" for r in a.recommendations
-    )
+    recs = "".join(f"<li>{escape(r.message or r.kind)}</li>" for r in a.recommendations)
     notes = "".join(f'<p class="note">Note: {escape(n)}</p>' for n in a.notes)
     title = f"traceinspect: {a.verdict} ({trace.path.name})"
     return (
@@ -178,9 +176,7 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
 
     if figures is None:
         figures = pod_figures(pod)
-    recs = "".join(
-        f"<li>{escape(str(r.get('message', r['kind'])))}</li>" for r in pod.recommendations
-    )
+    recs = "".join(f"<li>{escape(r.message or r.kind)}</li>" for r in pod.recommendations)
     notes = "".join(f'<p class="note">Note: {escape(n)}</p>' for n in pod.notes)
     columns = [
         ("verdict", "verdict", None),

@@ -9,7 +9,6 @@ import pandas as pd
 from traceinspect.analysis.straggler import PodAnalysis
 
 # Recommendations that already name their host in the message.
-_POD_WIDE = ("fix_straggler", "grain_worker_count")
 
 
 def _num(value: object, fmt: str = ",.2f") -> str:
@@ -64,8 +63,8 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
         out.append("")
         out.append("What to do")
         for rec in pod.recommendations:
-            where = f"[{rec['host']}] " if rec.get("host") and rec["kind"] not in _POD_WIDE else ""
-            out.append(f"  - {where}{rec['message']}")
+            where = f"[{rec.on_host}] " if rec.on_host else ""
+            out.append(f"  - {where}{rec.message}")
     for note in pod.notes:
         out.append(f"Note: {note}")
     return "\n".join(out)
