@@ -63,6 +63,7 @@ def test_input_bound_tpu(tmp_path: Path) -> None:
     workers = a.recommendations[0]
     assert (workers.value, workers.current, workers.bounded_by) == (3, None, None)
     assert workers.expected_step_ms == 3.0
+    assert workers.reason is not None
     assert "assumed no worker processes" in workers.reason
     top = a.to_dict()["gaps"][0]
     assert top["cause"] == "input" and top["duration_ms"] == 6.5

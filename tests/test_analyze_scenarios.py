@@ -114,4 +114,5 @@ def test_worker_recommendation_lands_at_the_measured_knee() -> None:
     assert workers.kind == "grain_worker_count"
     assert workers.current == 1
     assert sweep["knee"] <= workers.value <= sweep["knee"] + 1
+    assert workers.expected_step_ms is not None
     assert workers.expected_step_ms <= a.steps.median_ms

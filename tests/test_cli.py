@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def test_events_window_and_sort_by_duration() -> None:
         "--no-stats",
     )
     assert code == 0
-    df = pd.read_csv(pd.io.common.StringIO(out))
+    df = pd.read_csv(io.StringIO(out))
     assert list(df.columns) == [
         "event_row",
         "host",

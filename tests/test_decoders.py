@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not compiled_available(), reason="C decoder not 
 
 
 def _wire_decode(data: bytes) -> dict[str, Any]:
-    from traceinspect.xplane import _wire  # type: ignore[attr-defined]
+    from traceinspect.xplane import _wire
 
     return typed(_wire.decode(data))
 
@@ -140,7 +140,7 @@ def test_repeated_map_key_keeps_last_value() -> None:
     ids=["short-plane", "no-length", "truncated-length", "wire-type-7", "json", "open-group"],
 )
 def test_malformed_input_raises_value_error_in_both(data: bytes) -> None:
-    from traceinspect.xplane import _wire  # type: ignore[attr-defined]
+    from traceinspect.xplane import _wire
 
     with pytest.raises(ValueError, match="malformed"):
         _wire.decode(data)
@@ -149,7 +149,7 @@ def test_malformed_input_raises_value_error_in_both(data: bytes) -> None:
 
 
 def test_progress_is_reported() -> None:
-    from traceinspect.xplane import _wire  # type: ignore[attr-defined]
+    from traceinspect.xplane import _wire
 
     seen: list[int] = []
     data = _tricky_space().SerializeToString()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xspace as X
@@ -86,13 +87,13 @@ def test_mutated_real_trace(
 def test_decoders_agree_on_mutations(flips: list[tuple[int, int]]) -> None:
     from test_decoders import assert_same
 
-    from traceinspect.xplane import _wire, pydecode  # type: ignore[attr-defined]
+    from traceinspect.xplane import _wire, pydecode
     from traceinspect.xplane.raw import typed
 
     data = bytearray(SEED)
     for pos, value in flips:
         data[pos] = value
-    results = []
+    results: list[dict[str, Any] | None] = []
     for decode in (_wire.decode, pydecode.decode):
         try:
             results.append(typed(decode(bytes(data))))

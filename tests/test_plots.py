@@ -19,6 +19,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 import traceinspect
+from traceinspect import schema as S
 from traceinspect.analysis.analyze import Analysis, analyze
 from traceinspect.backends.activity import device_activity
 from traceinspect.cli import main
@@ -86,7 +87,7 @@ def _by_gid(ax: Axes) -> dict[str, Collection]:
 def _x_spans(collection: Collection) -> np.ndarray:
     """(start, end) in data x of each rectangle of a ``broken_barh``, sorted, shape (n, 2)."""
     spans = sorted(
-        (float(p.vertices[:, 0].min()), float(p.vertices[:, 0].max()))
+        (float(np.asarray(p.vertices)[:, 0].min()), float(np.asarray(p.vertices)[:, 0].max()))
         for p in collection.get_paths()
     )
     return np.array(spans, dtype=np.float64).reshape(-1, 2)
@@ -97,7 +98,7 @@ def _ms_spans(iv: Intervals, origin_ns: int) -> np.ndarray:
 
 
 def _color(collection: Collection) -> tuple[float, ...]:
-    return tuple(collection.get_facecolor()[0])
+    return tuple(float(v) for v in np.asarray(collection.get_facecolor())[0])
 
 
 def test_timeline_lanes_on_a_built_trace(built: tuple[traceinspect.Trace, Analysis]) -> None:
@@ -126,7 +127,7 @@ def test_timeline_lanes_on_a_built_trace(built: tuple[traceinspect.Trace, Analys
     assert np.array(shaded) == pytest.approx(np.array([(20, 21.5), (29.5, 31.5), (39.5, 40)]))
     assert set(lanes) >= {"idle:sync"}
     # Dashed boundaries at the starts of steps 2 and 3 and the end of step 3.
-    bounds = sorted(line.get_xdata()[0] for line in ax.lines)
+    bounds = sorted(float(np.asarray(line.get_xdata())[0]) for line in ax.lines)
     assert bounds == [20.0, 30.0, 40.0]
     assert ax.get_title(loc="left").startswith(f"Device idle {a.idle_fraction:.0%}")
     assert "mostly sync" in ax.get_title(loc="left")
@@ -170,7 +171,7 @@ def test_step_breakdown_bars_are_the_per_step_numbers(
     bars = {str(c.get_label()): c for c in ax.containers if isinstance(c, BarContainer)}
     assert list(bars) == ["busy", *CAUSES]
     ps = a.per_step
-    columns = {"busy": "busy_ns", **{c: f"idle_{c}_ns" for c in CAUSES}}
+    columns: dict[str, str] = {"busy": S.BUSY_NS, **{c: S.idle_cause_ns(c) for c in CAUSES}}
     bottom = np.zeros(len(ps))
     for name, column in columns.items():
         heights = [p.get_height() for p in bars[name].patches]
@@ -193,7 +194,7 @@ def test_gap_distribution_plots_every_gap_by_cause(
     dots = {str(c.get_gid()): c for c in ax.collections if isinstance(c, PathCollection)}
     for cause in CAUSES:
         want = sorted((a.gaps.loc[a.gaps["cause"] == cause, "duration_ns"] / 1e6).tolist())
-        got = sorted(dots[f"gaps:{cause}"].get_offsets()[:, 0].tolist()) if want else []
+        got = sorted(np.asarray(dots[f"gaps:{cause}"].get_offsets())[:, 0].tolist()) if want else []
         assert got == pytest.approx(want)
         if not want:
             assert f"gaps:{cause}" not in dots
@@ -206,7 +207,7 @@ def test_one_colour_per_cause_in_every_plot(built: tuple[traceinspect.Trace, Ana
     timeline = _by_gid(plot_timeline(trace, a, steps=5, first_step=0))
     breakdown = plot_step_breakdown(a)
     gaps = {str(c.get_gid()): c for c in plot_gap_distribution(a).collections}
-    bars = {str(c.get_label()): c for c in breakdown.containers}
+    bars = {str(c.get_label()): c for c in breakdown.containers if isinstance(c, BarContainer)}
     assert tuple(bars["busy"].patches[0].get_facecolor()) == to_rgba(BUSY_COLOR)
     assert _color(timeline["device:/device:GPU:0"]) == to_rgba(BUSY_COLOR)
     seen = 0
@@ -248,7 +249,7 @@ def test_html_page(built: tuple[traceinspect.Trace, Analysis]) -> None:
     message = a.recommendations[0].message
     assert message.replace("'", "&#x27;") in page
     # Evidence names the jitted lambda: escaped, never raw markup.
-    assert any(LAMBDA in line for line in a.gaps["evidence"].sum())
+    assert any(LAMBDA in line for evidence in a.gaps[S.EVIDENCE] for line in evidence)
     assert "PjitFunction(&lt;lambda&gt; &amp; &#x27;co&#x27;)" in page
     assert "<lambda>" not in page
     # One embedded image per figure, nothing fetched from elsewhere.

@@ -7,11 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xspace as X
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.patches import Rectangle
 
 import traceinspect
 from traceinspect.analysis.straggler import HostResult, analyze_pod
@@ -317,14 +319,14 @@ def test_pod_plots_draw_the_numbers(tmp_path: Path) -> None:
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["h0", "h1", "h2  (straggler)", "h3"]
     # Bars top to bottom are h0..h3; the second layer is time in collectives.
-    widths = [round(p.get_width(), 4) for p in ax.patches]
+    widths = [round(p.get_width(), 4) for p in ax.patches if isinstance(p, Rectangle)]
     n = 4
     compute, coll, idle_input = widths[0:n], widths[n : 2 * n], widths[2 * n : 3 * n]
     assert compute == [3.0] * 4
     assert coll == [6.7, 6.7, 0.9, 6.7]
     assert idle_input == [0.2, 0.2, 6.0, 0.2]
     ax2 = plot_host_steps(pod)
-    lines = {line.get_label(): line.get_ydata().tolist() for line in ax2.get_lines()}
+    lines = {line.get_label(): np.asarray(line.get_ydata()).tolist() for line in ax2.get_lines()}
     assert lines["h2 (straggler)"] == [10.0] * 6
     assert ax2.get_title(loc="left") == "h2 starves the pod"
 

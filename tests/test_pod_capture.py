@@ -25,7 +25,7 @@ MAKE_POD = Path(__file__).resolve().parents[1] / "sample_traces" / "pod" / "make
 def _gloo_available() -> bool:
     try:
         import jax
-        from jax._src.lib import _jax
+        from jax._src.lib import _jax  # type: ignore[attr-defined]
     except ImportError:
         return False
     return (

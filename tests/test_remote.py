@@ -241,7 +241,7 @@ def test_missing_filesystem_package_names_it(monkeypatch: pytest.MonkeyPatch) ->
         traceinspect.load("s3://b/logs")
 
 
-class Forbidding(MemoryFileSystem):
+class Forbidding(MemoryFileSystem):  # type: ignore[misc]
     """A filesystem that lists but refuses to read, as a bucket without read access does."""
 
     protocol = "forbidding"
@@ -268,10 +268,12 @@ def test_network_and_permission_errors_are_one_line(mem: str) -> None:
 
     put(f"{mem}/h.xplane.pb", SAMPLE)
     url = f"forbidding://{mem.removeprefix('memory://')}/h.xplane.pb"
-    with pytest.raises(TraceDecodeError) as err:
+    with pytest.raises(TraceDecodeError) as decode_err:
         traceinspect.load(url)
-    assert str(err.value).startswith(f"{url}: cannot read it (RuntimeError: HttpError: 401 Anon")
-    assert "\n" not in str(err.value)
+    assert str(decode_err.value).startswith(
+        f"{url}: cannot read it (RuntimeError: HttpError: 401 Anon"
+    )
+    assert "\n" not in str(decode_err.value)
 
 
 # --- cache --------------------------------------------------------------------------------

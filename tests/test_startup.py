@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 
 import pytest
 from traces import SAMPLES
@@ -31,7 +32,7 @@ def test_progress_bar_waits_a_second_and_needs_enabling(monkeypatch: pytest.Monk
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     clock = iter([0.0, 0.5, 1.5, 2.0])
-    monkeypatch.setattr(_options.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     bar = _options.ProgressBar("Reading x", enabled=True)
     bar(10, 100)  # at 0.5 s: nothing yet
     assert err.getvalue() == ""

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -17,7 +18,6 @@ from traceinspect.cli import main
 from traceinspect.errors import UsageError
 from traceinspect.report.sweep import (
     CSV_NAME,
-    JSON_NAME,
     PLOT_NAME,
     plot_sweep,
     render_sweep,
@@ -39,6 +39,7 @@ from traceinspect.sweep import (
     run_sweep,
     summarize_sweep,
 )
+from traceinspect.sweep._load import JSON_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "tests" / "capture" / "scripts" / "train.py"
@@ -258,11 +259,11 @@ def test_plot_data() -> None:
     lines = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
     step, wait, chosen = lines["step_time"], lines["input_wait"], lines["chosen"]
     # Counts are evenly spaced: failed ones keep their place but have no point.
-    assert list(step.get_xdata()) == [0, 1, 2, 3]
-    assert list(step.get_ydata()) == [30000.0, 13500.0, 4300.0, 4250.0]
-    assert list(wait.get_ydata()) == [25000.0, 9000.0, 10.0, 5.0]
+    assert np.asarray(step.get_xdata()).tolist() == [0, 1, 2, 3]
+    assert np.asarray(step.get_ydata()).tolist() == [30000.0, 13500.0, 4300.0, 4250.0]
+    assert np.asarray(wait.get_ydata()).tolist() == [25000.0, 9000.0, 10.0, 5.0]
     assert chosen.get_label() == "chosen: 4 workers"
-    assert list(chosen.get_xdata()) == [2, 2]
+    assert np.asarray(chosen.get_xdata()).tolist() == [2, 2]
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks == ["1", "2", "4", "8", "16\n(timeout)", "32\n(crashed)"]
     assert ax.get_title().startswith("4 workers: 4,300.00 ms/step")

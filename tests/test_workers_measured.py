@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
 
 GIB = 1 << 30
@@ -46,7 +47,7 @@ def _sidecar(
     }
 
 
-def _rec(verdict: str, device_ms: float, step_ms: float, sidecar: dict[str, Any]) -> dict[str, Any]:
+def _rec(verdict: str, device_ms: float, step_ms: float, sidecar: dict[str, Any]) -> Recommendation:
     return recommend_workers(
         worker_inputs(
             verdict, step_ms, device_ms, input_wait_ms=step_ms - device_ms, sidecar=sidecar
@@ -57,20 +58,24 @@ def _rec(verdict: str, device_ms: float, step_ms: float, sidecar: dict[str, Any]
 def test_workers_that_wait_on_reads_may_outnumber_cores() -> None:
     # One worker, 45 ms per batch of which 10% on CPU; the device needs 10 ms per step.
     rec = _rec("input-bound", 10.0, 45.0, _sidecar(1, produce_s=0.9, cpu_s=0.09))
+    assert rec.measured is not None
     assert rec.measured["batch_ms"] == 45.0
     assert rec.measured["cpu_share"] == 0.1
     assert rec.value == 6  # ceil(45 * 1.25 / 10); 2 cores allow floor(2 / 0.1) = 20
     assert rec.bounded_by is None
     assert rec.expected_step_ms == 10.0
+    assert rec.reason is not None
     assert "workers wait on reads (10% of their time on CPU)" in rec.reason
     assert "may outnumber the cores" in rec.reason
 
 
 def test_cpu_bound_workers_are_capped_by_cores() -> None:
     rec = _rec("input-bound", 10.0, 28.0, _sidecar(1, produce_s=0.5, cpu_s=0.49))
+    assert rec.measured is not None
     assert rec.measured["batch_ms"] == 25.0
     assert rec.value == 2  # needs ceil(25 * 1.25 / 10) = 4; floor(2 / 0.98) = 2 cores
     assert rec.bounded_by == "cores"
+    assert rec.reason is not None
     assert "CPU-bound in preprocessing (98% of their time on CPU)" in rec.reason
     assert "make preprocessing cheaper or move it offline, or add hosts" in rec.reason
     # Two workers of 25 ms each, and 24.5 ms of CPU per batch on 2 cores.
@@ -81,10 +86,12 @@ def test_idle_workers_are_told_how_many_fewer_keep_up() -> None:
     # 8 workers busy 25% of the time, 20 ms per batch each, the device needs 10 ms.
     side = _sidecar(8, produce_s=8 * 0.25, cpu_s=0.4, elements=100, batches=100)
     rec = _rec("device-bound", 10.0, 10.0, side)
+    assert rec.measured is not None
     assert rec.measured["batch_ms"] == 20.0
     assert rec.measured["busy_share"] == 0.25
     assert rec.value == 3  # ceil(20 * 1.25 / 10)
     # 5 fewer, each its 200 MiB plus one 4 MiB batch buffered.
+    assert rec.reason is not None
     assert "5 fewer worker(s) keep up and free about 1,020 MiB of RAM" in rec.reason
 
 
@@ -107,4 +114,5 @@ def test_no_measurement_without_timed_workers() -> None:
 def test_sync_bound_keeps_its_count_even_when_measured() -> None:
     rec = _rec("sync-bound", 10.0, 16.0, _sidecar(2, produce_s=0.4, cpu_s=0.05))
     assert rec.value == 2 and rec.bounded_by == "measurement"
+    assert rec.reason is not None
     assert "remove the per-step sync first" in rec.reason

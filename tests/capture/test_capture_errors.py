@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from capture_helpers import TRAIN
 
@@ -69,7 +70,7 @@ def test_bad_options() -> None:
         run_capture([sys.executable, str(TRAIN)], CaptureOptions(steps=0))
 
 
-def _cli_main():  # type: ignore[no-untyped-def]
+def _cli_main() -> click.Command:
     try:
         from traceinspect.cli import main
     except ImportError as exc:  # the other commands of the group may not exist yet

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from capture_helpers import TRAIN, train
 
@@ -13,7 +15,7 @@ from traceinspect.capture import SIDECAR_NAME, CaptureOptions, run_capture, side
 from traceinspect.errors import CaptureError
 
 
-def _cli_main():  # type: ignore[no-untyped-def]
+def _cli_main() -> click.Command:
     try:
         from traceinspect.cli import main
     except ImportError as exc:  # the other commands of the group may not exist yet
@@ -120,8 +122,12 @@ def test_a_host_already_in_the_run_is_refused(tmp_path: Path, taken: str) -> Non
     ],
 )
 def test_bad_run_and_host_names_are_refused(tmp_path: Path, option: str, name: str) -> None:
-    field = option.removeprefix("--").replace("-", "_")
-    options = CaptureOptions(logdir=str(tmp_path / "logs"), **{field: name})
+    base = CaptureOptions(logdir=str(tmp_path / "logs"))
+    options = (
+        dataclasses.replace(base, run_name=name)
+        if option == "--run-name"
+        else dataclasses.replace(base, host_name=name)
+    )
     with pytest.raises(CaptureError, match=f"{option} .* cannot be a file name"):
         run_capture([sys.executable, str(TRAIN)], options)
     assert not (tmp_path / "logs").exists()

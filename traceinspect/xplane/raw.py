@@ -8,6 +8,7 @@ named here, without copying.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ LISTS = (
 Raw = dict[str, Any]
 
 
-def typed(raw: Raw) -> Raw:
+def typed(raw: Mapping[str, Any]) -> Raw:
     """The same dict with every column a numpy array of its declared dtype (no copies)."""
     out: Raw = {key: raw[key] for key in LISTS}
     for group, columns in DTYPES.items():
