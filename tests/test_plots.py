@@ -276,3 +276,27 @@ def test_cli_writes_plots_and_html(tmp_path: Path) -> None:
     assert "sync-bound" in text and text.count("data:image/png;base64,") == 3
     quiet = CliRunner().invoke(main, ["analyze", str(trace), "-q", "--plots", str(plots)])
     assert quiet.exit_code == 0 and "Wrote" not in quiet.stderr
+
+
+def test_the_plots_draw_what_the_analysis_computed(
+    sync_bound: tuple[traceinspect.Trace, Analysis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prepare, then draw: with the analysis in hand, no figure finds devices, steps or the
+    training thread again (--plots and --html cost no second analysis)."""
+    from traceinspect.report import plots
+
+    trace, a = sync_bound
+    assert a.timeline is not None
+    assert a.timeline.training_thread_found and set(a.timeline.thread) == set(plots.THREAD_ORDER)
+
+    def again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the plot analysed the trace again")
+
+    monkeypatch.setattr(plots, "device_activity", again)
+    monkeypatch.setattr(plots, "find_steps", again)
+    monkeypatch.setattr(plots, "_thread_activity", again)
+    figures = analysis_figures(trace, a)
+    assert set(figures) == {"timeline", "step_breakdown", "gap_distribution"}
+    # The timeline's device lane is the analysis's busy time, clipped to the steps shown.
+    busy = _by_gid(plot_timeline(trace, a))[f"device:{a.devices[0]}"]
+    assert len(_x_spans(busy)) > 0

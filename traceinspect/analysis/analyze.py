@@ -28,7 +28,7 @@ from traceinspect.analysis.attribution import (
     sync_sites,
 )
 from traceinspect.analysis.executions import StepWork, step_work
-from traceinspect.analysis.result import Analysis, StepSummary
+from traceinspect.analysis.result import Analysis, StepSummary, Timeline
 from traceinspect.analysis.steps import Steps, find_steps
 from traceinspect.analysis.training_thread import HostActivity, training_thread_activity
 from traceinspect.analysis.window import (
@@ -44,7 +44,7 @@ from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
-from traceinspect.vocabulary import CAUSES, MATTERS, VERDICTS
+from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS
 
 # Sync-bound means the loop reads a device value every step. A read every N steps (logging
 # every N steps, as MaxText recommends) idles the device once per N steps: a cost worth a
@@ -138,6 +138,11 @@ def analyze(trace: Trace) -> Analysis:
         notes=tuple(notes),
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
         window=window_info,
+        timeline=Timeline(
+            busy=activity.busy,
+            thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),
+            training_thread_found=host.main_line_row is not None,
+        ),
     )
     if invariants.enabled():
         invariants.check_invariants(analysis)

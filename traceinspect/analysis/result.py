@@ -9,9 +9,22 @@ from typing import Any
 import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES
 
 GRAIN_WORKER_COUNT = "grain_worker_count"
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """What a timeline draws, computed once by the analysis (plots never analyse again):
+    each device's busy spans, and the training thread's spans by category with each instant
+    given to one category in :data:`~traceinspect.vocabulary.PRECEDENCE`, as idle time is
+    given to one cause. Step bounds and idle spans by cause are ``per_step`` and ``gaps``."""
+
+    busy: dict[str, Intervals]
+    thread: dict[str, Intervals]
+    training_thread_found: bool
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,8 @@ class Analysis:
     #: How the capture chose the window and whether it is representative of the run (from
     #: the capture sidecar; None without one).
     window: dict[str, Any] | None = None
+    #: What the timeline plot draws (None in the compact per-host results of a pod).
+    timeline: Timeline | None = field(default=None, repr=False)
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)

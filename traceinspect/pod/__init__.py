@@ -97,7 +97,7 @@ def analyze_host(task: HostTask) -> HostResult:
         host=task.host,
         location=task.location,
         file_bytes=task.size,
-        analysis=replace(analysis, gaps=gaps),
+        analysis=replace(analysis, gaps=gaps, timeline=None),
         seconds=time.perf_counter() - started,
     )
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result import Analysis, Timeline
 from traceinspect.analysis.steps import find_steps
 from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.analysis.training_thread import training_thread_activity as _thread_activity
@@ -102,18 +102,18 @@ def finding(analysis: Analysis) -> str:
     return f"Device idle {analysis.idle_fraction:.0%} of step time, mostly {what} ({share:.0%})"
 
 
-def training_thread_activity(trace: Trace) -> HostActivity:
-    """What the training thread was doing, found the way :func:`analyze` finds it."""
-    return _thread_activity(trace, find_steps(trace))
-
-
-def thread_spans(host: HostActivity, lo: int, hi: int) -> dict[str, Intervals]:
-    """Disjoint spans of ``[lo, hi)`` per category of :data:`THREAD_ORDER`: an instant
-    that is both a sync and a Grain fetch is the sync, as in the analysis."""
-    owned = Intervals.claim_in_order(
-        [(category, getattr(host, category)) for category in THREAD_ORDER]
+def timeline_of(trace: Trace, analysis: Analysis, host: HostActivity | None = None) -> Timeline:
+    """What the timeline draws: the analysis's own, or (for the compact per-host results of
+    a pod, which drop it) found again from the trace the way :func:`analyze` finds it."""
+    if analysis.timeline is not None and host is None:
+        return analysis.timeline
+    if host is None:
+        host = _thread_activity(trace, find_steps(trace))
+    return Timeline(
+        busy=device_activity(trace).busy,
+        thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in THREAD_ORDER]),
+        training_thread_found=host.main_line_row is not None,
     )
-    return {category: iv.clip(lo, hi) for category, iv in owned.items()}
 
 
 def step_window(analysis: Analysis, steps: int, first_step: int | None) -> tuple[int, int]:
@@ -154,7 +154,8 @@ def plot_timeline(
     by its cause), one lane for the training thread (what it was doing), step boundaries
     as dashed lines. Time in ms from the start of the trace, as in ``analyze``'s output.
 
-    ``host`` is :func:`training_thread_activity` of the trace, when already computed.
+    It draws the analysis's own :class:`~traceinspect.analysis.result.Timeline` and
+    analyses nothing again; ``host`` (a training thread's activity) replaces the thread lane.
     """
     if ax is None:
         n_devices = max(1, len(analysis.devices))
@@ -169,7 +170,8 @@ def plot_timeline(
     lo = int(shown[S.START_NS].iloc[0])
     hi = int(shown[S.START_NS].iloc[-1] + shown[S.WALL_NS].iloc[-1])
 
-    busy = device_activity(trace).busy
+    timeline = timeline_of(trace, analysis, host)
+    busy = timeline.busy
     devices = list(busy)
     height = 0.6
     # Lanes from the top: devices in trace order, then the training thread at y = 0.
@@ -206,9 +208,9 @@ def plot_timeline(
                 zorder=3,
             )
 
-    activity = host if host is not None else training_thread_activity(trace)
     drawn = set()
-    for category, iv in thread_spans(activity, lo, hi).items():
+    for category, whole in timeline.thread.items():
+        iv = whole.clip(lo, hi)
         if len(iv) == 0:
             continue
         drawn.add(category)
@@ -247,7 +249,7 @@ def plot_timeline(
             float(_ms(lo + (hi - lo) // 2, origin)),
             0.0,
             "no training thread found in the trace"
-            if activity.main_line_row is None
+            if not timeline.training_thread_found
             else "nothing traced on the training thread in these steps",
             ha="center",
             va="center",
