@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pandas as pd
@@ -54,6 +54,15 @@ class Recommendation:
     #: Added by a pod to a host's own recommendation: the host, or hosts, it applies to.
     on_host: str | None = None
     on_hosts: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        # Only the fields this kind sets: most are None for any one kind.
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name) is not None
+        )
+        return f"Recommendation({shown})"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
