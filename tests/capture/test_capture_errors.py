@@ -114,7 +114,10 @@ def test_cli_runs_a_capture_and_exits_with_the_scripts_code(tmp_path: Path) -> N
 
     args = ["capture", "--logdir", str(tmp_path), "--skip-steps", "2", "--steps", "2"]
     args += ["--analyze", "--"]
+    # --sync: each step waits for its own execution, so the 2-step window always holds its
+    # device work, even on a starved machine (else analyze rightly refuses a verdict).
     args += [sys.executable, str(TRAIN), "--steps", "6", "--exit-at", "5", "--exit-code", "3"]
+    args += ["--sync"]
     result = CliRunner().invoke(_cli_main(), args)
     assert result.exit_code == 3, result.output
     assert "traceinspect: trace in " in result.output

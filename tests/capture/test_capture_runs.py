@@ -94,8 +94,11 @@ def test_python_tracer_shows_the_line_of_a_sync(tmp_path: Path) -> None:
     assert result.exit_code == 0 and not result.partial
     assert read_sidecar(result)["profiler"]["python_tracer_level"] == 1
     names = trace_events(result.trace_paths[0])
-    assert any(n.startswith("$common.py:") for n in names)
-    assert any("__float__" in n for n in names if n.startswith("$"))
+    # The read of the loss, traced as Python frames on the main thread, inside the window.
+    # (The script's own $common.py frames in a 2-step window are only Grain reader threads'
+    # make_example calls, there only when the readers happen to refill their buffer then.)
+    floats = [e for n, es in names.items() if n.startswith("$") and "__float__" in n for e in es]
+    assert len(floats) == 2 and {e["line"] for e in floats} == {"python"}
 
 
 def test_input_heavy_run_shows_long_batch_waits(tmp_path: Path) -> None:

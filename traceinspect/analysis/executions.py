@@ -22,19 +22,19 @@ linked; the analysis then falls back to device busy time inside each step's host
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps, nested
 from traceinspect.trace import Trace
 
-RUN_ID = "run_id"
-HLO_MODULE = "hlo_module"
-_PJIT = re.compile(r"^PjitFunction\((?P<fn>.*)\)$")
+RUN_ID = N.RUN_ID
+HLO_MODULE = N.HLO_MODULE
+_PJIT = N.PJIT
 # The offsets tried: the CPU client keeps about 32 executions in flight.
 _MAX_OFFSET = 4096
 

@@ -19,21 +19,21 @@ are partial and dropped.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.trace import Trace
 
-STEP_NUM = "step_num"  # jax.profiler.StepTraceAnnotation
-GROUP_ID = "group_id"  # TensorFlow / XProf step grouping
-ITER_NUM = "iter_num"  # TensorFlow executor iterations
-STEPS_LINE = "Steps"  # a device plane's line of step events
-CAPTURE_STEP = "traceinspect/step"  # written by `traceinspect capture` around each step
-_PJIT = re.compile(r"^PjitFunction\((.*)\)$")
+STEP_NUM = N.STEP_NUM
+GROUP_ID = N.GROUP_ID
+ITER_NUM = N.ITER_NUM
+STEPS_LINE = N.STEPS_LINE
+CAPTURE_STEP = N.ANN_STEP
+_PJIT = N.PJIT
 
 
 @dataclass(frozen=True, eq=False)

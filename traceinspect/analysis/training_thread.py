@@ -23,27 +23,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace, category_mask
 
-INPUT = re.compile(
-    r"(Iterator\.__next__$|^traceinspect/next_batch$|IteratorGetNext|^Iterator::GetNext)"
-)
-SYNC = re.compile(
-    r"^(np\.asarray\(jax\.Array\)|traceinspect/host_read|.*::ToLiteral|TransferD2HRequest"
-    r"|TransferBufferFromDevice.*|PjrtAsyncWait|.*BlockHostUntilReady.*"
-    # Python tracer frames of jax.Array methods that block on the value.
-    r"|\$[^ ]*(array|api)\.py:\d+ (__float__|__int__|__bool__|__index__|__array__|item"
-    r"|tolist|block_until_ready|try_to_block|device_get|_value))$"
-)
-AWAIT = "CommonPjRtBuffer::Await"
-COMPILE_EVENT = re.compile(
-    r"(Compil|compil|^pjit_lower|lower_sharding_computation|^trace_to_jaxpr|BackendCompile)"
-)
-COMPILE_LINE = re.compile(r"^(tf_PjRtCompilerThreadPool|tf_xla-cpu-codegen|tf_xla-compile)")
-PYTHON_FRAME = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) (?P<func>.+)$")
+INPUT = N.INPUT_EVENT
+SYNC = N.SYNC_EVENT
+AWAIT = N.AWAIT
+COMPILE_EVENT = N.COMPILE_EVENT
+COMPILE_LINE = N.COMPILE_LINE
+PYTHON_FRAME = N.PYTHON_FRAME
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/|/jax/|/jaxlib/)")
 
 
@@ -169,7 +160,7 @@ def guess_training_line(trace: Trace) -> int | None:
     """The host line that dispatches programs or draws batches most often, when no step
     annotation says which thread trains (None when no line does either)."""
     ev = trace.events
-    mask = _name_mask(ev, INPUT) | _name_mask(ev, re.compile(r"^PjitFunction\("))
+    mask = _name_mask(ev, INPUT) | _name_mask(ev, N.PJIT)
     if not mask.any():
         return None
     return int(ev.loc[mask, S.LINE_ROW].value_counts().idxmax())

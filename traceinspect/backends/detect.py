@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.trace import Trace
 
@@ -13,9 +14,9 @@ BackendKind = Literal["tpu", "gpu", "cpu", "unknown"]
 
 _DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 # Threads on which XLA's CPU client runs compiled programs (jaxlib >= 0.4.30 names).
-XLA_CPU_LINE = re.compile(r"^tf_(XLAPjRtCpuClient|XLAEigen|XLACpu)")
+XLA_CPU_LINE = N.XLA_CPU_LINE
 # Small programs run synchronously on the thread that calls them: only the execute call shows.
-INLINE_EXECUTE = re.compile(r"^(CommonPjRtLoadedExecutable::ExecuteHelper|ThunkExecutor::Execute)")
+INLINE_EXECUTE = N.INLINE_EXECUTE
 
 
 @dataclass(frozen=True)

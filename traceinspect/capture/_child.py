@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import os
 import pathlib
@@ -56,11 +57,24 @@ def host_file_name(name: str, host: str) -> str:
     return name
 
 
+def _load_names() -> types.ModuleType:
+    """``traceinspect/names.py``, loaded by path: this file runs without the package on the
+    user's path, and the analysis matches the very names the capture writes."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "names.py"
+    spec = importlib.util.spec_from_file_location("_traceinspect_names", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_NAMES = _load_names()
 # Our trace annotations. They are only emitted while the trace window is open.
-ANN_STEP = "traceinspect/step"
-ANN_NEXT_BATCH = "traceinspect/next_batch"
-ANN_HOST_READ = "traceinspect/host_read"
-ANNOTATIONS = (ANN_STEP, ANN_NEXT_BATCH, ANN_HOST_READ)
+ANN_STEP: str = _NAMES.ANN_STEP
+ANN_NEXT_BATCH: str = _NAMES.ANN_NEXT_BATCH
+ANN_HOST_READ: str = _NAMES.ANN_HOST_READ
+ANNOTATIONS: tuple[str, ...] = _NAMES.ANNOTATIONS
 
 # Step sources, best first: a better source seen later replaces a worse one.
 SOURCE_ANNOTATION = "annotation"

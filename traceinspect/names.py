@@ -1,0 +1,51 @@
+"""The names traceinspect matches traces against, in one place: the annotations
+``traceinspect capture`` writes, and what jax, XLA, Grain and tf.data write into traces
+(``../shared/FIELD-NOTES.md`` has where each was seen).
+
+Standard library only, and importing nothing of the package: ``capture/_child.py`` runs
+inside the user's process without the package on its path and loads this file by path.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- what `traceinspect capture` writes (main thread, inside the window only) --------------
+ANN_STEP = "traceinspect/step"  # one step (stats step_index, step_num)
+ANN_NEXT_BATCH = "traceinspect/next_batch"  # the loop waiting for a Grain batch
+ANN_HOST_READ = "traceinspect/host_read"  # a host read of a device value (stat kind)
+ANNOTATIONS = (ANN_STEP, ANN_NEXT_BATCH, ANN_HOST_READ)
+
+# --- steps ------------------------------------------------------------------------------
+STEP_NUM = "step_num"  # jax.profiler.StepTraceAnnotation's stat
+GROUP_ID = "group_id"  # TensorFlow / XProf step grouping
+ITER_NUM = "iter_num"  # TensorFlow executor iterations
+STEPS_LINE = "Steps"  # a device plane's line of step events
+
+# --- dispatch and execution ---------------------------------------------------------------
+PJIT = re.compile(r"^PjitFunction\((?P<fn>.*)\)$")  # a jitted call on the host
+RUN_ID = "run_id"  # one id per execution (XLA ops on the CPU backend, TPU modules)
+HLO_MODULE = "hlo_module"  # the program an op belongs to: jit_<fn>
+XLA_CPU_LINE = re.compile(r"^tf_(XLAPjRtCpuClient|XLAEigen|XLACpu)")
+# Small programs run synchronously on the thread that calls them: only the execute call shows.
+INLINE_EXECUTE = re.compile(r"^(CommonPjRtLoadedExecutable::ExecuteHelper|ThunkExecutor::Execute)")
+
+# --- what the training thread waits on ---------------------------------------------------
+INPUT_EVENT = re.compile(
+    r"(Iterator\.__next__$|^" + re.escape(ANN_NEXT_BATCH) + r"$|IteratorGetNext"
+    r"|^Iterator::GetNext)"
+)
+SYNC_EVENT = re.compile(
+    r"^(np\.asarray\(jax\.Array\)|" + re.escape(ANN_HOST_READ) + r"|.*::ToLiteral"
+    r"|TransferD2HRequest|TransferBufferFromDevice.*|PjrtAsyncWait|.*BlockHostUntilReady.*"
+    # Python tracer frames of jax.Array methods that block on the value.
+    r"|\$[^ ]*(array|api)\.py:\d+ (__float__|__int__|__bool__|__index__|__array__|item"
+    r"|tolist|block_until_ready|try_to_block|device_get|_value))$"
+)
+# .block_until_ready(): a producer (_p) and a consumer (_c) event; the wait is between them.
+AWAIT = "CommonPjRtBuffer::Await"
+COMPILE_EVENT = re.compile(
+    r"(Compil|compil|^pjit_lower|lower_sharding_computation|^trace_to_jaxpr|BackendCompile)"
+)
+COMPILE_LINE = re.compile(r"^(tf_PjRtCompilerThreadPool|tf_xla-cpu-codegen|tf_xla-compile)")
+PYTHON_FRAME = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) (?P<func>.+)$")
