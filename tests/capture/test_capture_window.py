@@ -49,8 +49,12 @@ def test_the_default_window_opens_once_steady_and_measures_the_worker(tmp_path: 
     assert measured["batches"] == traced
     (worker,) = measured["workers"]
     assert worker["timed_elements"] is True and worker["index"] == 0
-    # Counted on the worker's own 50 ms clock: within a batch or two of the loop's count.
-    assert abs(worker["elements"] - traced) <= 2
+    # Counted on the worker's own clock (its counters are written every 50 ms) and ahead of
+    # the loop by its buffer, so compare rates, which is what the worker rule uses: over a
+    # window of >= 1 s they agree within 20% (55 against 58 batches is 5%).
+    loop_rate = measured["batches"] / measured["window_s"]
+    worker_rate = worker["elements"] / worker["wall_s"]
+    assert abs(worker_rate - loop_rate) <= 0.2 * loop_rate
     assert worker["produce_s"] >= 0.8 * worker["wall_s"]
     assert worker["cpu_s"] < 0.5 * worker["produce_s"]
     assert worker["rss_bytes"] > 50 << 20
