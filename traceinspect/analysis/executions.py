@@ -32,9 +32,6 @@ from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps, nested
 from traceinspect.trace import Trace
 
-RUN_ID = N.RUN_ID
-HLO_MODULE = N.HLO_MODULE
-_PJIT = N.PJIT
 # The offsets tried: the CPU client keeps about 32 executions in flight.
 _MAX_OFFSET = 4096
 
@@ -56,13 +53,13 @@ class StepWork:
 def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     """One row per execution on the device work lines: run_id, module, start, end, work."""
     stats = trace.event_stats
-    ids = stats.loc[stats[S.STAT] == RUN_ID, [S.EVENT_ROW, S.INT_VALUE]]
+    ids = stats.loc[stats[S.STAT] == N.RUN_ID, [S.EVENT_ROW, S.INT_VALUE]]
     if ids.empty:
         return pd.DataFrame()
     ev = trace.events
     on_work = np.isin(ev.loc[ids[S.EVENT_ROW].to_numpy(), S.LINE_ROW].to_numpy(), work_rows)
     ids = ids[on_work]
-    modules = stats.loc[stats[S.STAT] == HLO_MODULE, [S.EVENT_ROW, S.STR_VALUE]]
+    modules = stats.loc[stats[S.STAT] == N.HLO_MODULE, [S.EVENT_ROW, S.STR_VALUE]]
     frame = ids.merge(modules, on=S.EVENT_ROW, how="inner")
     if frame.empty:
         return pd.DataFrame()
@@ -70,7 +67,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     starts = ev[S.START_NS].to_numpy()[rows]
     frame = pd.DataFrame(
         {
-            RUN_ID: frame[S.INT_VALUE].to_numpy(),
+            N.RUN_ID: frame[S.INT_VALUE].to_numpy(),
             "module": frame[S.STR_VALUE].astype(str).to_numpy(),
             S.START_NS: starts,
             "end_ns": starts + ev[S.DURATION_NS].to_numpy()[rows],
@@ -79,8 +76,8 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     # Each execution's work is the union of its ops' time (ops of one execution overlap on
     # several threads): per execution, sorted by start, an op opens a new merged span when
     # it starts after every earlier op of that execution has ended.
-    frame = frame.sort_values([RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
-    keys = frame.groupby([RUN_ID, "module"], sort=False).ngroup().to_numpy()
+    frame = frame.sort_values([N.RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
+    keys = frame.groupby([N.RUN_ID, "module"], sort=False).ngroup().to_numpy()
     starts = frame[S.START_NS].to_numpy()
     ends = frame["end_ns"].to_numpy()
     reach = pd.Series(ends).groupby(keys).cummax().to_numpy()
@@ -92,7 +89,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     work = np.bincount(span_key, weights=span_hi - span_lo)
     table = pd.DataFrame(
         {
-            RUN_ID: frame.loc[first, RUN_ID].to_numpy(),
+            N.RUN_ID: frame.loc[first, N.RUN_ID].to_numpy(),
             "module": frame.loc[first, "module"].to_numpy(),
             S.START_NS: np.minimum.reduceat(starts, np.flatnonzero(first)),
             "end_ns": np.maximum.reduceat(ends, np.flatnonzero(first)),
@@ -125,7 +122,7 @@ def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | N
     ev = trace.events
     main = ev[ev[S.LINE_ROW] == steps.main_line_row]
     names = main[S.NAME].astype(str)
-    fn = names.str.extract(_PJIT, expand=False)
+    fn = names.str.extract(N.PJIT, expand=False)
     calls = main[fn.notna().to_numpy()].assign(fn=fn[fn.notna()].to_numpy())
     if calls.empty:
         return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.analysis.steps import CAPTURE_STEP, GROUP_ID, ITER_NUM, STEP_NUM, STEPS_LINE
 from traceinspect.backends import BackendInfo, detect_backend
 from traceinspect.trace import Trace
 from traceinspect.xplane.proto import decode_profile_options
@@ -92,27 +92,27 @@ def step_annotations(trace: Trace) -> StepAnnotations:
     names: list[str] = []
     count = 0
     present = set(stats[S.STAT].astype(str).unique()) if len(stats) else set()
-    if STEP_NUM in present:
-        rows = stats.loc[stats[S.STAT] == STEP_NUM, S.EVENT_ROW]
+    if N.STEP_NUM in present:
+        rows = stats.loc[stats[S.STAT] == N.STEP_NUM, S.EVENT_ROW]
         sources.append("StepTraceAnnotation")
         annotated = trace.events[S.NAME].iloc[rows.to_numpy()].astype(str)
         names.extend(sorted(set(annotated)))
         count = len(rows)
-    if CAPTURE_STEP in trace.events[S.NAME].cat.categories:
-        marked = int((trace.events[S.NAME] == CAPTURE_STEP).sum())
+    if N.ANN_STEP in trace.events[S.NAME].cat.categories:
+        marked = int((trace.events[S.NAME] == N.ANN_STEP).sum())
         if marked:
             sources.append("traceinspect capture")
-            names.append(CAPTURE_STEP)
+            names.append(N.ANN_STEP)
             count = count or marked
-    if GROUP_ID in present:
-        sources.append(GROUP_ID)
+    if N.GROUP_ID in present:
+        sources.append(N.GROUP_ID)
         if not count:
-            count = int(stats.loc[stats[S.STAT] == GROUP_ID, S.INT_VALUE].nunique())
-    if ITER_NUM in present:
-        sources.append(ITER_NUM)
+            count = int(stats.loc[stats[S.STAT] == N.GROUP_ID, S.INT_VALUE].nunique())
+    if N.ITER_NUM in present:
+        sources.append(N.ITER_NUM)
     lines = trace.lines
     steps_lines = lines[
-        (lines[S.LINE] == STEPS_LINE)
+        (lines[S.LINE] == N.STEPS_LINE)
         & lines[S.PLANE].astype(str).str.startswith("/device:")
         & (lines[S.EVENT_COUNT] > 0)
     ]

@@ -28,13 +28,6 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.trace import Trace
 
-STEP_NUM = N.STEP_NUM
-GROUP_ID = N.GROUP_ID
-ITER_NUM = N.ITER_NUM
-STEPS_LINE = N.STEPS_LINE
-CAPTURE_STEP = N.ANN_STEP
-_PJIT = N.PJIT
-
 
 @dataclass(frozen=True, eq=False)
 class Steps:
@@ -90,7 +83,7 @@ def _on_busiest_line(events: pd.DataFrame) -> pd.DataFrame:
 
 def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
     stats = trace.event_stats
-    rows = stats.loc[stats[S.STAT] == STEP_NUM, [S.EVENT_ROW, S.INT_VALUE]]
+    rows = stats.loc[stats[S.STAT] == N.STEP_NUM, [S.EVENT_ROW, S.INT_VALUE]]
     if len(rows) >= 1:
         events = trace.events.loc[rows[S.EVENT_ROW].to_numpy()]
         events = events.assign(**{S.STEP: rows[S.INT_VALUE].to_numpy()})
@@ -98,7 +91,7 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
         # One annotation name per step: the user's own, rather than the copy that
         # `traceinspect capture` writes around the same steps.
         counts = events[S.NAME].astype(str).value_counts()
-        own = [n for n in counts.index if n != CAPTURE_STEP] or list(counts.index)
+        own = [n for n in counts.index if n != N.ANN_STEP] or list(counts.index)
         events = events[events[S.NAME].astype(str) == own[0]]
         names = [own[0]]
         return _windows(
@@ -109,9 +102,9 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
             int(events[S.LINE_ROW].iloc[0]),
             lo,
             hi,
-            (names[0], CAPTURE_STEP),  # both envelopes, never work
+            (names[0], N.ANN_STEP),  # both envelopes, never work
         )
-    marked = trace.events[trace.events[S.NAME] == CAPTURE_STEP]
+    marked = trace.events[trace.events[S.NAME] == N.ANN_STEP]
     if len(marked) >= 1:
         marked = _on_busiest_line(marked)
         return _windows(
@@ -122,7 +115,7 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
             int(marked[S.LINE_ROW].iloc[0]),
             lo,
             hi,
-            (CAPTURE_STEP,),
+            (N.ANN_STEP,),
         )
     return None
 
@@ -130,7 +123,7 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
 def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
     lines = trace.lines
     steps_lines = lines[
-        (lines[S.LINE] == STEPS_LINE)
+        (lines[S.LINE] == N.STEPS_LINE)
         & lines[S.PLANE].astype(str).str.startswith("/device:")
         & (lines[S.EVENT_COUNT] > 0)
     ]
@@ -153,7 +146,7 @@ def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
 
 def _group_ids(trace: Trace, lo: int, hi: int) -> Steps | None:
     stats = trace.event_stats
-    rows = stats.loc[stats[S.STAT] == GROUP_ID, [S.EVENT_ROW, S.INT_VALUE]]
+    rows = stats.loc[stats[S.STAT] == N.GROUP_ID, [S.EVENT_ROW, S.INT_VALUE]]
     if rows[S.INT_VALUE].nunique() < 2:
         return None
     ev = trace.events.loc[rows[S.EVENT_ROW].to_numpy(), [S.START_NS, S.DURATION_NS]]
@@ -195,7 +188,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
                 hi,
             )
     names = ev[S.NAME].cat.categories
-    pjit = [n for n in names if _PJIT.match(str(n))]
+    pjit = [n for n in names if N.PJIT.match(str(n))]
     if not pjit:
         return None
     calls = ev[ev[S.NAME].isin(pjit)]

@@ -29,12 +29,6 @@ from traceinspect.analysis.steps import Steps
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace, category_mask
 
-INPUT = N.INPUT_EVENT
-SYNC = N.SYNC_EVENT
-AWAIT = N.AWAIT
-COMPILE_EVENT = N.COMPILE_EVENT
-COMPILE_LINE = N.COMPILE_LINE
-PYTHON_FRAME = N.PYTHON_FRAME
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/|/jax/|/jaxlib/)")
 
 
@@ -125,7 +119,7 @@ def _name_mask(events: pd.DataFrame, pattern: re.Pattern[str]) -> np.ndarray:
 
 def _await_waits(trace: Trace, main: pd.DataFrame) -> pd.DataFrame:
     """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs -> waits."""
-    awaits = main[main[S.NAME] == AWAIT]
+    awaits = main[main[S.NAME] == N.AWAIT]
     if awaits.empty:
         return pd.DataFrame({S.START_NS: [], "end_ns": [], S.NAME: []})
     stats = trace.stats_of(awaits)
@@ -160,7 +154,7 @@ def guess_training_line(trace: Trace) -> int | None:
     """The host line that dispatches programs or draws batches most often, when no step
     annotation says which thread trains (None when no line does either)."""
     ev = trace.events
-    mask = _name_mask(ev, INPUT) | _name_mask(ev, N.PJIT)
+    mask = _name_mask(ev, N.INPUT_EVENT) | _name_mask(ev, N.PJIT)
     if not mask.any():
         return None
     return int(ev.loc[mask, S.LINE_ROW].value_counts().idxmax())
@@ -177,7 +171,7 @@ def host_activity(
     starts = ev[S.START_NS].to_numpy()
     ends = starts + ev[S.DURATION_NS].to_numpy()
     compile_lines = trace.lines.index[
-        trace.lines[S.LINE].astype(str).str.match(COMPILE_LINE.pattern)
+        trace.lines[S.LINE].astype(str).str.match(N.COMPILE_LINE.pattern)
     ].to_numpy()
     on_compile_line = np.isin(ev[S.LINE_ROW].to_numpy(), compile_lines)
     compile_mask = on_compile_line & (ev[S.DURATION_NS].to_numpy() > 0)
@@ -199,9 +193,9 @@ def host_activity(
     main = ev[on_main]
     m_start = main[S.START_NS].to_numpy()
     m_end = m_start + main[S.DURATION_NS].to_numpy()
-    is_input = _name_mask(main, INPUT)
-    is_sync = _name_mask(main, SYNC)
-    is_compile = _name_mask(main, COMPILE_EVENT)
+    is_input = _name_mask(main, N.INPUT_EVENT)
+    is_sync = _name_mask(main, N.SYNC_EVENT)
+    is_compile = _name_mask(main, N.COMPILE_EVENT)
     category = np.where(
         is_compile, "compile", np.where(is_sync, "sync", np.where(is_input, "input", "host"))
     )
@@ -238,7 +232,7 @@ def user_frames(main: pd.DataFrame) -> PythonFrames | None:
     cats = main[S.NAME].cat.categories
     labels: dict[int, str] = {}
     for code, name in enumerate(cats):
-        m = PYTHON_FRAME.match(str(name))
+        m = N.PYTHON_FRAME.match(str(name))
         if m is not None and not _LIBRARY.search(m.group("file")):
             labels[code] = f"{m.group('file')}:{m.group('line')} {m.group('func')}"
     if not labels:

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.backends.detect import (
-    INLINE_EXECUTE,
-    XLA_CPU_LINE,
     BackendInfo,
     detect_backend,
 )
@@ -99,7 +98,7 @@ def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]
             ops = on_device & (name == _TPU_OPS)
             out[device] = rows[ops if ops.any() else on_device & (name == _TPU_MODULES)].tolist()
     elif backend.kind == "cpu":
-        xla = np.array([bool(XLA_CPU_LINE.match(n)) for n in name], dtype=bool)
+        xla = np.array([bool(N.XLA_CPU_LINE.match(n)) for n in name], dtype=bool)
         out["cpu"] = rows[xla & has_events & (plane == "/host:CPU")].tolist()
         if not out["cpu"]:
             out["cpu"] = rows[has_events & (plane == "/host:CPU")].tolist()
@@ -117,7 +116,7 @@ def device_activity(trace: Trace) -> DeviceActivity:
     if backend.kind == "cpu":
         if backend.inline:
             # Programs ran on the calling thread: only their execute calls are work.
-            not_work = ~category_mask(ev[S.NAME], INLINE_EXECUTE)
+            not_work = ~category_mask(ev[S.NAME], N.INLINE_EXECUTE)
         else:
             not_work = category_mask(ev[S.NAME], _CPU_NOT_WORK)
     collective = category_mask(ev[S.NAME], COLLECTIVE)

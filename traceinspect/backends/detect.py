@@ -14,9 +14,7 @@ BackendKind = Literal["tpu", "gpu", "cpu", "unknown"]
 
 _DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 # Threads on which XLA's CPU client runs compiled programs (jaxlib >= 0.4.30 names).
-XLA_CPU_LINE = N.XLA_CPU_LINE
 # Small programs run synchronously on the thread that calls them: only the execute call shows.
-INLINE_EXECUTE = N.INLINE_EXECUTE
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ def detect_backend(trace: Trace) -> BackendInfo:
             )
     lines = trace.lines
     xla_cpu = lines[
-        (lines[S.EVENT_COUNT] > 0) & lines[S.LINE].astype(str).str.match(XLA_CPU_LINE.pattern)
+        (lines[S.EVENT_COUNT] > 0) & lines[S.LINE].astype(str).str.match(N.XLA_CPU_LINE.pattern)
     ]
     if len(xla_cpu):
         return BackendInfo(
@@ -62,7 +60,7 @@ def detect_backend(trace: Trace) -> BackendInfo:
             evidence=f"no device planes; XLA CPU executions on {len(xla_cpu)} host threads",
         )
     names = trace.events[S.NAME].cat.categories
-    if any(INLINE_EXECUTE.match(str(n)) for n in names):
+    if any(N.INLINE_EXECUTE.match(str(n)) for n in names):
         return BackendInfo(
             kind="cpu",
             devices=("cpu",),
