@@ -81,13 +81,9 @@ def analyze(trace: Trace) -> Analysis:
     input_bound = input_per_step > device_per_step and input_per_step > 0
     gaps = gap_table(steps, busy, host, input_bound, device_per_step)
     attach_evidence(gaps, host, input_bound, trace.start_ns)
+    by_step = gaps.groupby(S.STEP_INDEX)[list(CAUSES)].sum().reindex(range(len(per_step)))
     for c in CAUSES:
-        per_step[S.idle_cause_ns(c)] = (
-            gaps.groupby(S.STEP_INDEX)[c]
-            .sum()
-            .reindex(range(len(per_step)), fill_value=0)
-            .to_numpy()
-        )
+        per_step[S.idle_cause_ns(c)] = by_step[c].fillna(0).to_numpy(dtype=np.int64)
     per_step[S.IDLE_NS] = per_step[S.WALL_NS] - per_step[S.BUSY_NS]
 
     total_wall = int(per_step[S.WALL_NS].sum())

@@ -77,8 +77,7 @@ def gap_table(
     if not input_bound and sync_hides:
         # The host was held by the read until the device finished: what it did next
         # (fetch, dispatch, or untraced Python) is late because of the sync.
-        moved = parts["input"] + parts["host"] + parts["unknown"]
-        parts["sync"] = np.where(synced, parts["sync"] + moved, parts["sync"])
+        parts["sync"] = np.where(synced, parts["sync"] + late, parts["sync"])
         for cause in ("input", "host", "unknown"):
             parts[cause] = np.where(synced, 0, parts[cause])
     gaps = pd.DataFrame(
@@ -86,7 +85,7 @@ def gap_table(
             S.STEP: steps.numbers[step_index],
             S.STEP_INDEX: step_index,
             S.START_NS: starts,
-            "end_ns": ends,
+            S.END_NS: ends,
             S.PERIOD_START_NS: periods.starts[period],
             S.AFTER_SYNC: synced,
             **{str(c): parts[c].astype(np.int64) for c in CAUSES},
@@ -116,7 +115,7 @@ def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
     if waits.empty or len(periods) == 0:
         return out
     w_start = waits[S.START_NS].to_numpy()
-    w_end = waits["end_ns"].to_numpy()
+    w_end = waits[S.END_NS].to_numpy()
     for k, p0 in enumerate(periods.starts.tolist()):
         hit = (w_start < p0) & (w_end >= p0) & (w_end <= p0 + SYNC_WAKE_TOLERANCE_NS)
         out[k] = bool(hit.any())
@@ -125,7 +124,7 @@ def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
 
 def evidence(gap: pd.Series, host: HostActivity, after_sync: bool, input_bound: bool) -> list[str]:
     out: list[str] = []
-    g0, g1 = int(gap[S.START_NS]), int(gap["end_ns"])
+    g0, g1 = int(gap[S.START_NS]), int(gap[S.END_NS])
     # The idle period this piece belongs to opened when a read returned.
     read = host.read_ending_at(int(gap[S.PERIOD_START_NS])) if after_sync else None
     if read is not None:

@@ -41,7 +41,6 @@ class StepWork:
     """Device work each step dispatched (ns; NaN where its executions are not in the trace)."""
 
     work_ns: np.ndarray
-    method: str  # how steps and executions were linked
     queued: int  # executions of the step program in flight when the trace began
 
     @property
@@ -70,7 +69,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
             N.RUN_ID: frame[S.INT_VALUE].to_numpy(),
             "module": frame[S.STR_VALUE].astype(str).to_numpy(),
             S.START_NS: starts,
-            "end_ns": starts + ev[S.DURATION_NS].to_numpy()[rows],
+            S.END_NS: starts + ev[S.DURATION_NS].to_numpy()[rows],
         }
     )
     # Each execution's work is the union of its ops' time (ops of one execution overlap on
@@ -79,7 +78,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     frame = frame.sort_values([N.RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
     keys = frame.groupby([N.RUN_ID, "module"], sort=False).ngroup().to_numpy()
     starts = frame[S.START_NS].to_numpy()
-    ends = frame["end_ns"].to_numpy()
+    ends = frame[S.END_NS].to_numpy()
     reach = pd.Series(ends).groupby(keys).cummax().to_numpy()
     first = np.r_[True, keys[1:] != keys[:-1]]
     opens = first | (starts > np.r_[0, reach[:-1]])
@@ -92,7 +91,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
             N.RUN_ID: frame.loc[first, N.RUN_ID].to_numpy(),
             "module": frame.loc[first, "module"].to_numpy(),
             S.START_NS: np.minimum.reduceat(starts, np.flatnonzero(first)),
-            "end_ns": np.maximum.reduceat(ends, np.flatnonzero(first)),
+            S.END_NS: np.maximum.reduceat(ends, np.flatnonzero(first)),
             "work_ns": work.astype(np.int64),
         }
     )
@@ -121,9 +120,18 @@ def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | N
         return None
     ev = trace.events
     main = ev[ev[S.LINE_ROW] == steps.main_line_row]
-    names = main[S.NAME].astype(str)
-    fn = names.str.extract(N.PJIT, expand=False)
-    calls = main[fn.notna().to_numpy()].assign(fn=fn[fn.notna()].to_numpy())
+    # The jitted function of each distinct name, matched once (a trace holds millions of
+    # events but a few thousand names), then looked up by category code.
+    fn_of_name = np.array(
+        [
+            m.group("fn") if (m := N.PJIT.match(str(n))) else None
+            for n in main[S.NAME].cat.categories
+        ],
+        dtype=object,
+    )
+    fn = fn_of_name[main[S.NAME].cat.codes.to_numpy()]
+    is_call = fn != None  # noqa: E711 (element-wise over an object array)
+    calls = main[is_call].assign(fn=fn[is_call])
     if calls.empty:
         return None
     calls = calls.sort_values(S.START_NS, kind="stable")
@@ -143,7 +151,7 @@ def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | N
         if q is None:
             continue
         found = True
-        if len(t) and np.any(inside[where]):
+        if np.any(inside[where]):
             queued = max(queued, q)
         k = np.arange(len(t)) + q
         have = k < len(runs)
@@ -153,4 +161,4 @@ def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | N
         np.add.at(work, s[ok], per_call[ok])
     if not found:
         return None
-    return StepWork(work_ns=work, method="execution order per jitted program", queued=queued)
+    return StepWork(work_ns=work, queued=queued)

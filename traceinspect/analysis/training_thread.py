@@ -51,13 +51,13 @@ class HostActivity:
         after it): (name, start, end, the user's source line if traced). The outermost
         one: ``float(x)`` rather than the ``Await`` inside it."""
         waits = self.sync_events
-        hit = waits[(waits[S.START_NS] < at_ns) & (waits["end_ns"] >= at_ns)]
+        hit = waits[(waits[S.START_NS] < at_ns) & (waits[S.END_NS] >= at_ns)]
         if hit.empty:
             return None
         w = hit.iloc[0]
         start = int(w[S.START_NS])
         site = self.frames.innermost_at(start) if self.frames else None
-        return str(w[S.NAME]), start, int(w["end_ns"]), site
+        return str(w[S.NAME]), start, int(w[S.END_NS]), site
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping
@@ -121,7 +121,7 @@ def _await_waits(trace: Trace, main: pd.DataFrame) -> pd.DataFrame:
     """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs -> waits."""
     awaits = main[main[S.NAME] == N.AWAIT]
     if awaits.empty:
-        return pd.DataFrame({S.START_NS: [], "end_ns": [], S.NAME: []})
+        return pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
     stats = trace.stats_of(awaits)
     ids = stats[stats[S.STAT].isin(["_p", "_c"])]
     ends = awaits[S.START_NS] + awaits[S.DURATION_NS]
@@ -134,7 +134,7 @@ def _await_waits(trace: Trace, main: pd.DataFrame) -> pd.DataFrame:
     end = ends.loc[consumers.loc[both].to_numpy()].to_numpy()
     keep = end > start
     return pd.DataFrame(
-        {S.START_NS: start[keep], "end_ns": end[keep], S.NAME: "block_until_ready (Await)"}
+        {S.START_NS: start[keep], S.END_NS: end[keep], S.NAME: "block_until_ready (Await)"}
     )
 
 
@@ -185,7 +185,7 @@ def host_activity(
             Intervals.union_of(starts[compile_mask], ends[compile_mask]),
             empty,
             frame,
-            pd.DataFrame({S.START_NS: [], "end_ns": [], S.NAME: []}),
+            pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []}),
         )
     on_main = ev[S.LINE_ROW].to_numpy() == main_line_row
     if markers:
@@ -203,7 +203,7 @@ def host_activity(
     sync_rows = pd.DataFrame(
         {
             S.START_NS: m_start[is_sync],
-            "end_ns": m_end[is_sync],
+            S.END_NS: m_end[is_sync],
             S.NAME: _sync_labels(trace, main[is_sync]),
         }
     )
@@ -217,7 +217,7 @@ def host_activity(
         main_line_row=main_line_row,
         input=Intervals.union_of(m_start[is_input], m_end[is_input]),
         sync=Intervals.union_of(
-            sync_events[S.START_NS].to_numpy(), sync_events["end_ns"].to_numpy()
+            sync_events[S.START_NS].to_numpy(), sync_events[S.END_NS].to_numpy()
         ),
         compile=compile_iv,
         host=Intervals.union_of(m_start[real], m_end[real]),

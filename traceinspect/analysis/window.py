@@ -4,6 +4,7 @@ window represents the run (from the capture sidecar)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,12 +43,12 @@ def typical(values: np.ndarray, bursty: bool) -> float:
 
 
 def step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
-    p10, median, p90 = (float(np.percentile(wall_ms, q)) for q in (10, 50, 90))
+    p10, p50, p90 = (float(np.percentile(wall_ms, q)) for q in (10, 50, 90))
     mean = float(np.mean(wall_ms))
     return StepSummary(
         count=len(steps),
         source=steps.source,
-        median_ms=round(median, 4),
+        median_ms=round(p50, 4),
         p90_ms=round(p90, 4),
         dropped=steps.dropped,
         mean_ms=round(mean, 4),
@@ -67,28 +68,23 @@ def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> 
     context."""
     if len(steps) < 3 or not (trace.sidecar or {}).get("window"):
         return steps
-    first = int(steps.starts[0])
-    before = busy.clip(trace.start_ns, first + 1)
-    if before.total > 0 and int(before.ends[-1]) > first:
-        return steps  # busy when the step began
-    if before.total > 0:
-        return steps  # the idle period began inside the trace: its opener is traced
-    trimmed = Steps(
-        source=steps.source,
+    if busy.clip(trace.start_ns, int(steps.starts[0]) + 1).total > 0:
+        # Busy when the step began, or the idle period began inside the trace: either way
+        # what opened it is traced.
+        return steps
+    return replace(
+        steps,
         starts=steps.starts[1:],
         ends=steps.ends[1:],
         numbers=steps.numbers[1:],
-        main_line_row=steps.main_line_row,
         dropped=steps.dropped + 1,
-        marker_names=steps.marker_names,
     )
-    return trimmed
 
 
-def window_check(capture: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+def window_check(sidecar: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
     """The capture's window (why it opened there) against the untraced steps after it."""
-    window = (capture or {}).get("window")
-    steps = (capture or {}).get("steps") or []
+    window = (sidecar or {}).get("window")
+    steps = (sidecar or {}).get("steps") or []
     if not window:
         return None, None
     traced = [s["wall_ms"] for s in steps if s.get("traced") and s.get("wall_ms") is not None]

@@ -173,8 +173,11 @@ class _Steady:
         means = [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
         return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
 
+    def _means(self) -> str:
+        return ", ".join(f"{b[2]:.1f}" for b in self.blocks[-STEADY_BLOCKS:])
+
     def describe(self) -> str:
-        means = ", ".join(f"{b[2]:.1f}" for b in self.blocks[-STEADY_BLOCKS:])
+        means = self._means()
         return f"mean step of the last blocks {means} ms" if means else "no complete block"
 
     def reason(self, index: int) -> str:
@@ -182,7 +185,7 @@ class _Steady:
         return (
             f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
             f"step times within {STEADY_TOLERANCE - 1:.0%} of each other "
-            f"({self.describe().split(' blocks ')[1]}); traced from step {index}"
+            f"({self._means()} ms); traced from step {index}"
         )
 
 
@@ -224,8 +227,8 @@ class _Capture:
         requested = config.get("steps")
         self.steps = DEFAULT_STEPS if requested is None else int(requested)
         self.window_min_s = WINDOW_MIN_S if requested is None else 0.0
-        self.max_wait_s = float(config.get("max_wait_s") or 120.0)
-        self.window_max_s = float(config.get("window_max_s") or 60.0)
+        self.max_wait_s = float(config["max_wait_s"])
+        self.window_max_s = float(config["window_max_s"])
         self.steady: _Steady | None = None
         self.window_rule: str | None = None
         self.window_reason: str | None = None

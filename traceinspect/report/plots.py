@@ -180,14 +180,14 @@ def plot_timeline(
         region_lo = min(lane_y.values()) - height / 2
         region_hi = max(lane_y.values()) + height / 2
         gaps = analysis.gaps
-        inside = gaps[(gaps[S.START_NS] < hi) & (gaps["end_ns"] > lo)]
+        inside = gaps[(gaps[S.START_NS] < hi) & (gaps[S.END_NS] > lo)]
         for cause in CAUSES:
             mine = inside[inside[S.CAUSE] == cause]
             if mine.empty:
                 continue
             iv = Intervals.union_of(
                 np.maximum(mine[S.START_NS].to_numpy(), lo),
-                np.minimum(mine["end_ns"].to_numpy(), hi),
+                np.minimum(mine[S.END_NS].to_numpy(), hi),
             )
             ax.broken_barh(
                 _spans(iv, origin),
