@@ -255,9 +255,7 @@ def test_steps_from_the_capture_sidecar(tmp_path: Path) -> None:
     import json
 
     from traceinspect.capture import SIDECAR_NAME
-    from traceinspect.xplane.locate import CAPTURE_SIDECAR
 
-    assert SIDECAR_NAME == CAPTURE_SIDECAR
     base = 1_795_000_000_000_000_000  # profile start, Unix ns
     xs = X.space()
     env = X.add_plane(xs, "Task Environment")
@@ -280,7 +278,7 @@ def test_steps_from_the_capture_sidecar(tmp_path: Path) -> None:
         }
         for i in range(3)
     ]
-    (run / CAPTURE_SIDECAR).write_text(json.dumps({"steps": steps}))
+    (run / SIDECAR_NAME).write_text(json.dumps({"steps": steps}))
     a = analyze(traceinspect.load(run))
     assert a.steps.source == "steps timed by traceinspect capture"
     assert a.steps.count == 3

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "errors", "schema", "vocabulary", "names"),  # base: names and errors
+    ("_version", "errors", "schema", "vocabulary", "names", "sidecar"),  # base: names, errors
     ("xplane",),  # reading: files -> frames
     ("trace", "intervals"),  # the trace model
     ("backends",),  # device activity per layout
@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "__main__"),  # the public API and the entry point
 )
 # capture runs inside the user's process: the standard library and the base alone.
-CAPTURE_MAY_IMPORT = frozenset({"capture", "_version", "errors", "names"})
+CAPTURE_MAY_IMPORT = frozenset({"capture", "_version", "errors", "names", "sidecar"})
 # The analysis layer is pure: it never locates, reads or decodes a trace.
 ANALYSIS_MUST_NOT_IMPORT = frozenset(
     {
@@ -130,12 +130,14 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     assert _violations(fake / "analysis/good.py", fake) == []
 
 
-def test_names_imports_only_the_standard_library() -> None:
-    """capture/_child.py loads names.py by path, without the package: it may import nothing
-    of traceinspect, nor anything outside the standard library."""
+@pytest.mark.parametrize("name", ["names.py", "sidecar.py"])
+def test_base_modules_of_capture_import_only_the_standard_library(name: str) -> None:
+    """capture/_child.py loads names.py by path, without the package, and capture writes the
+    sidecar format in the user's interpreter: they may import nothing of traceinspect, nor
+    anything outside the standard library."""
     import sys
 
-    tree = ast.parse((PACKAGE / "names.py").read_text(encoding="utf-8"))
+    tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
     imported = {
         (a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
         for node in ast.walk(tree)

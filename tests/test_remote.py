@@ -128,7 +128,7 @@ def test_run_directory_url_reads_every_host_and_the_sidecar(mem: str, tmp_path: 
         f"{mem}/run/host-a.xplane.pb",
         f"{mem}/run/host-b.xplane.pb",
     ]
-    assert trace.sidecar == sidecar
+    assert trace.sidecar is not None and trace.sidecar.data == sidecar
     assert_same(trace, traceinspect.load(tmp_path))
 
 

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ from traceinspect.report.sweep import (
     render_sweep,
     write_sweep,
 )
+from traceinspect.sidecar import SidecarJSON
 from traceinspect.sweep import (
     CRASHED,
     ERROR,
@@ -281,7 +283,8 @@ def test_plot_without_axes_makes_its_figure() -> None:
 
 def _capture(run_dir: Path, exit_code: int = 0, traces: bool = True) -> CaptureResult:
     paths = tuple(str(p) for p in sorted(run_dir.glob("*.xplane.pb"))) if traces else ()
-    sidecar = {"grain": {"worker_count": 3}}
+    # Only the field the sweep reads.
+    sidecar = cast(SidecarJSON, {"grain": {"worker_count": 3}})
     return CaptureResult(
         run_dir=str(run_dir),
         sidecar_path=str(run_dir / "traceinspect.capture.json"),

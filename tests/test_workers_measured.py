@@ -7,6 +7,7 @@ from typing import Any
 
 from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
+from traceinspect.sidecar import WorkersMeasured, parse
 
 GIB = 1 << 30
 
@@ -47,10 +48,16 @@ def _sidecar(
     }
 
 
+def _measured(side: dict[str, Any]) -> WorkersMeasured | None:
+    record = parse(side)
+    assert record is not None and record.grain is not None
+    return record.grain.measured
+
+
 def _rec(verdict: str, device_ms: float, step_ms: float, sidecar: dict[str, Any]) -> Recommendation:
     return recommend_workers(
         worker_inputs(
-            verdict, step_ms, device_ms, input_wait_ms=step_ms - device_ms, sidecar=sidecar
+            verdict, step_ms, device_ms, input_wait_ms=step_ms - device_ms, sidecar=parse(sidecar)
         )
     )
 
@@ -98,7 +105,7 @@ def test_idle_workers_are_told_how_many_fewer_keep_up() -> None:
 def test_elements_per_batch_come_from_the_parent_batches() -> None:
     # Batching after mp_prefetch: workers produce records, 8 per batch.
     side = _sidecar(2, produce_s=0.8, cpu_s=0.1, elements=160, batches=20)
-    m = WorkerMeasurement.from_sidecar(side["grain"]["workers_measured"])
+    m = WorkerMeasurement.from_sidecar(_measured(side))
     assert m is not None
     assert m.batch_ms == 40.0  # 5 ms per record x 8 records
 
@@ -107,7 +114,7 @@ def test_no_measurement_without_timed_workers() -> None:
     side = _sidecar(1, produce_s=0.9, cpu_s=0.09)
     for w in side["grain"]["workers_measured"]["workers"]:
         w["timed_elements"] = False
-    assert WorkerMeasurement.from_sidecar(side["grain"]["workers_measured"]) is None
+    assert WorkerMeasurement.from_sidecar(_measured(side)) is None
     assert WorkerMeasurement.from_sidecar(None) is None
 
 

@@ -15,10 +15,11 @@ import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.errors import EmptyTraceError, UsageError
+from traceinspect.sidecar import Sidecar, file_name, parse
 from traceinspect.xplane import cache, fs
 from traceinspect.xplane.frames import Frames, build_frames
 from traceinspect.xplane.fs import Location, URLPath
-from traceinspect.xplane.locate import CAPTURE_SIDECAR, Located, host_sidecar_name, locate
+from traceinspect.xplane.locate import Located, locate
 from traceinspect.xplane.raw import Raw, event_count
 from traceinspect.xplane.reader import DecoderName, decode_file, resolve_decoder
 
@@ -59,7 +60,7 @@ class Trace:
     located: Located
     load_info: LoadInfo
     #: The run's ``traceinspect.capture.json`` when ``traceinspect capture`` made it.
-    sidecar: dict[str, Any] | None = field(default=None, repr=False)
+    sidecar: Sidecar | None = field(default=None, repr=False)
 
     # --- frames ---------------------------------------------------------------------------
     @property
@@ -364,15 +365,16 @@ def load(
     return Trace(frames=frames, located=located, load_info=info, sidecar=_sidecar(located))
 
 
-def _sidecar(located: Located) -> dict[str, Any] | None:
+def _sidecar(located: Located) -> Sidecar | None:
     """The capture sidecar of the run, if any; an unreadable one is ignored (it only adds
-    facts the trace lacks, such as per-step host times and Grain settings).
+    facts the trace lacks, such as per-step host times and Grain settings), and so is one of a
+    newer schema than this traceinspect reads.
 
     Hosts that share a run directory (``capture --run-name``) each write
     ``<host>.traceinspect.capture.json``: a host's own comes first, then the run's.
     """
     hosts = [f.host for f in located.run.files]
-    names = [host_sidecar_name(hosts[0]), CAPTURE_SIDECAR]
+    names = [file_name(hosts[0]), file_name()]
     if len(hosts) > 1:
         names.reverse()  # several hosts merged: the run's own sidecar, else the first host's
     for name in names:
@@ -381,5 +383,5 @@ def _sidecar(located: Located) -> dict[str, Any] | None:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):
-            return data
+            return parse(data)
     return None

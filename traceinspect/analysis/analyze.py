@@ -99,7 +99,7 @@ def analyze(trace: Trace) -> Analysis:
     advice = recommendations(
         verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
     )
-    if (trace.sidecar or {}).get("grain") or input_per_step > 0:
+    if (trace.sidecar is not None and trace.sidecar.grain is not None) or input_per_step > 0:
         workers = recommend_workers(
             worker_inputs(
                 verdict.verdict,

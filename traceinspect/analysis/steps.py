@@ -222,14 +222,22 @@ def nested(events: pd.DataFrame) -> np.ndarray:
 
 
 def _sidecar(trace: Trace, lo: int, hi: int) -> Steps | None:
-    capture = trace.sidecar or {}
     base = trace.metadata.get("profile_start_time")
-    traced = [s for s in capture.get("steps", []) if s.get("traced")]
-    if not traced or not isinstance(base, int):
+    if trace.sidecar is None or not isinstance(base, int):
         return None
-    starts = np.array([int(s["start_unix_ns"]) - base for s in traced], dtype=np.int64)
-    ends = starts + np.array([round(float(s["wall_ms"]) * 1e6) for s in traced], dtype=np.int64)
-    numbers = np.array([int(s.get("step_num", s["index"])) for s in traced], dtype=np.int64)
+    # A traced step without a next one (the script ended inside the window) has no end.
+    traced = [
+        s
+        for s in trace.sidecar.steps
+        if s.traced and s.start_unix_ns is not None and s.wall_ms is not None
+    ]
+    if not traced:
+        return None
+    starts = np.array([s.start_unix_ns or 0 for s in traced], dtype=np.int64) - base
+    ends = starts + np.array([round((s.wall_ms or 0.0) * 1e6) for s in traced], dtype=np.int64)
+    numbers = np.array(
+        [s.index if s.step_num is None else s.step_num for s in traced], dtype=np.int64
+    )
     return _windows("steps timed by traceinspect capture", starts, ends, numbers, None, lo, hi)
 
 

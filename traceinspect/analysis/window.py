@@ -14,6 +14,7 @@ from traceinspect.analysis.result import StepSummary
 from traceinspect.analysis.steps import Steps
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
+from traceinspect.sidecar import Sidecar
 from traceinspect.trace import Trace
 
 # Steps come in bursts when (p90 - p10) / mean of their times exceeds this: Grain's
@@ -66,7 +67,7 @@ def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> 
     input-bound in 1 of 3 captures for this). A trace started elsewhere usually begins
     mid-step, and the partial step already left out gives the first complete one its
     context."""
-    if len(steps) < 3 or not (trace.sidecar or {}).get("window"):
+    if len(steps) < 3 or trace.sidecar is None or trace.sidecar.window is None:
         return steps
     if busy.clip(trace.start_ns, int(steps.starts[0]) + 1).total > 0:
         # Busy when the step began, or the idle period began inside the trace: either way
@@ -81,26 +82,22 @@ def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> 
     )
 
 
-def window_check(sidecar: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | None]:
     """The capture's window (why it opened there) against the untraced steps after it."""
-    window = (sidecar or {}).get("window")
-    steps = (sidecar or {}).get("steps") or []
-    if not window:
+    window = sidecar.window if sidecar is not None else None
+    if sidecar is None or window is None:
         return None, None
-    traced = [s["wall_ms"] for s in steps if s.get("traced") and s.get("wall_ms") is not None]
-    last = window.get("last_step")
+    traced = sidecar.traced_step_walls_ms()
+    last = window.last_step
     after = [
-        s["wall_ms"]
-        for s in steps
-        if not s.get("traced")
-        and last is not None
-        and s["index"] > last
-        and s.get("wall_ms") is not None
+        s.wall_ms
+        for s in sidecar.steps
+        if not s.traced and last is not None and s.index > last and s.wall_ms is not None
     ]
     out: dict[str, Any] = {
-        "rule": window.get("rule"),
-        "reason": window.get("reason"),
-        "first_step": window.get("first_step"),
+        "rule": window.rule,
+        "reason": window.reason,
+        "first_step": window.first_step,
         "last_step": last,
         "traced_mean_ms": round(float(np.mean(traced)), 4) if traced else None,
         "after_mean_ms": None,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
+from traceinspect.sidecar import GrainSettings, Sidecar, WorkersMeasured
 
 HEADROOM = 1.25
 # A Grain worker is a Python process holding the pipeline's modules: what one costs in RAM
@@ -78,23 +79,23 @@ class WorkerMeasurement:
     host_cpu_ms_per_step: float | None = None
 
     @classmethod
-    def from_sidecar(cls, measured: dict[str, Any] | None) -> WorkerMeasurement | None:
-        if not measured:
+    def from_sidecar(cls, measured: WorkersMeasured | None) -> WorkerMeasurement | None:
+        if measured is None:
             return None
-        workers = [w for w in measured.get("workers", []) if w.get("timed_elements")]
-        elements = sum(int(w["elements"]) for w in workers)
-        produce = sum(float(w["produce_s"]) for w in workers)
-        wall = sum(float(w["wall_s"]) for w in workers)
+        workers = [w for w in measured.workers if w.timed_elements]
+        elements = sum(w.elements for w in workers)
+        produce = sum(w.produce_s for w in workers)
+        wall = sum(w.wall_s for w in workers)
         if not workers or elements <= 0 or produce <= 0 or wall <= 0:
             return None
-        batches = int(measured.get("batches") or 0)
+        batches = measured.batches
         per_batch = elements / batches if batches > 0 else 1.0
-        rss = [int(w["rss_bytes"]) for w in workers if w.get("rss_bytes")]
-        workers_cpu = sum(float(w["cpu_s"]) for w in workers)
-        main_cpu = measured.get("main_process_cpu_s")
+        rss = [w.rss_bytes for w in workers if w.rss_bytes]
+        workers_cpu = sum(w.cpu_s for w in workers)
+        main_cpu = measured.main_process_cpu_s
         host_cpu = (
-            (float(main_cpu) + workers_cpu) / batches * 1000.0
-            if isinstance(main_cpu, (int, float)) and batches > 0
+            (main_cpu + workers_cpu) / batches * 1000.0
+            if main_cpu is not None and batches > 0
             else None
         )
         return cls(
@@ -330,31 +331,25 @@ def worker_inputs(
     step_ms: float,
     device_busy_ms: float,
     input_wait_ms: float,
-    sidecar: dict[str, Any] | None,
+    sidecar: Sidecar | None,
 ) -> WorkerInputs:
     """Gather the inputs from the analysis numbers and the capture sidecar (may be None)."""
-    grain = (sidecar or {}).get("grain") or {}
-    host = (sidecar or {}).get("host") or {}
-
-    def as_int(value: Any) -> int | None:
-        return (
-            int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        )
-
+    grain = (sidecar.grain if sidecar is not None else None) or GrainSettings(worker_count=None)
+    host = sidecar.host if sidecar is not None else None
     current: int | None = None
     if sidecar is not None:
         # A capture that saw no MultiprocessingOptions: batches are made in-process.
-        current = as_int(grain.get("worker_count")) or 0
+        current = grain.worker_count or 0
     return WorkerInputs(
         verdict=verdict,
         step_ms=step_ms,
         device_busy_ms=device_busy_ms,
         input_wait_ms=input_wait_ms,
         current=current,
-        cpus=as_int(host.get("cpus_available")) or as_int(host.get("cpu_count")),
-        memory_available_bytes=as_int(host.get("memory_available_bytes")),
-        bytes_per_batch=as_int(grain.get("bytes_per_batch")),
-        per_worker_buffer_size=as_int(grain.get("per_worker_buffer_size")),
-        read_threads=as_int(grain.get("read_threads")),
-        measured=WorkerMeasurement.from_sidecar(grain.get("workers_measured")),
+        cpus=host.cores if host is not None else None,
+        memory_available_bytes=host.memory_available_bytes if host is not None else None,
+        bytes_per_batch=grain.bytes_per_batch,
+        per_worker_buffer_size=grain.per_worker_buffer_size,
+        read_threads=grain.read_threads,
+        measured=WorkerMeasurement.from_sidecar(grain.measured),
     )

@@ -38,45 +38,7 @@ Trace annotations added inside the window (host plane, main thread):
     ``__bool__``, ``__index__``, ``item``, ``tolist``, ``__array__``, ``block_until_ready``,
     ``device_get``).
 
-Sidecar fields (``traceinspect.capture.json`` or ``<host>.traceinspect.capture.json``,
-``schema_version`` 1; times in Unix ns):
-
-- ``schema_version``, ``tool`` (``name``, ``version``)
-- ``command`` (as given), ``python`` (interpreter), ``cwd``, ``run_name``, ``run_dir``,
-  ``host_name`` (the host part of the file names), ``shared_run`` (``run_name`` was given)
-- ``process_index``, ``process_count``: from jax when the script called
-  ``jax.distributed.initialize`` (read when the window closed), else null
-- ``trace_files``: the ``.xplane.pb`` names in the run directory
-- ``started_unix_ns``, ``ended_unix_ns``, ``script_start_unix_ns``
-- ``exit_code`` (the script's; 128 + N when killed by signal N), ``exit_signal`` (name or null)
-- ``partial`` (bool) and ``partial_reasons`` (sentences); ``ended`` (how the script ended);
-  ``stopped_by_traceinspect`` (``--stop-after`` ended the run)
-- ``step_source`` (``annotation`` | ``grain`` | ``jit`` | ``time`` | null) and
-  ``step_source_detail`` (e.g. ``StepTraceAnnotation 'train'``)
-- ``window``: ``skip_steps`` (null: the steady-state rule), ``rule`` (``steady`` |
-  ``time_bound`` | ``skip`` | null), ``reason`` (a sentence: why it opened there),
-  ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
-  ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
-- ``steps``: one entry per step of the whole run (at most 10,000): ``index``, ``step_num``
-  (the script's, or null), ``start_unix_ns``, ``wall_ms`` (host time to the next step's
-  start, null for the last), ``traced``; ``steps_seen``: all steps of that source counted
-- ``profiler``: ``host_tracer_level``, ``python_tracer_level``, ``device_tracer_level``,
-  ``device_tracer_level_applied`` (false when this jaxlib has no such option),
-  ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
-- ``host``: ``hostname``, ``cpu_count``, ``cpu_affinity``, ``cpus_available``,
-  ``memory_total_bytes``, ``memory_available_bytes``, ``platform``, ``python``
-- ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
-- ``backend`` (null when the script never imported jax): ``platform``, ``device_count``,
-  ``process_count``, ``devices`` (``id``, ``platform``, ``kind``, ``process_index``)
-- ``grain`` (null when the script never imported grain): ``workers_override``,
-  ``worker_count``, ``per_worker_buffer_size``, ``read_threads``,
-  ``read_prefetch_buffer_size``, ``batch_size``, ``bytes_per_batch`` (the last setting of each
-  seen before the window opened), ``workers_measured`` (null without ``mp_prefetch`` workers:
-  ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
-  ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
-  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
-  ``timed_elements``), and ``observed``: every Grain construction seen, in order
-- ``options``: the capture options used; ``notes``: anything else worth knowing
+The sidecar's fields and their reader are in :mod:`traceinspect.sidecar`.
 
 This package imports only the standard library; jax and grain are used in the child process.
 """
@@ -88,11 +50,11 @@ from traceinspect.capture._child import (
     ANN_NEXT_BATCH,
     ANN_STEP,
     ANNOTATIONS,
-    SIDECAR_NAME,
-    sidecar_name,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.capture._runner import STEP_SOURCES, CaptureOptions, CaptureResult, run_capture
+from traceinspect.sidecar import FILE_NAME as SIDECAR_NAME
+from traceinspect.sidecar import file_name as sidecar_name
 
 __all__ = [
     "ANNOTATIONS",

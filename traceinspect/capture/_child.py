@@ -30,20 +30,21 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-SIDECAR_NAME = "traceinspect.capture.json"
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:  # the sidecar's format (checked, never imported: this file runs by path)
+    from traceinspect.sidecar import (
+        ChildReportJSON,
+        GrainJSON,
+        HostJSON,
+        StepJSON,
+        WorkerJSON,
+        WorkersMeasuredJSON,
+    )
 
 # What jax's profiler writes per host, ``<host><suffix>``: renamed when --host-name is given.
 _HOST_FILE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
-
-
-def sidecar_name(host: str | None) -> str:
-    """The sidecar's file name: ``<host>.traceinspect.capture.json`` in a run directory shared
-    by several hosts (``--run-name``), else ``traceinspect.capture.json``."""
-    return f"{host}.{SIDECAR_NAME}" if host else SIDECAR_NAME
 
 
 def host_file_name(name: str, host: str) -> str:
@@ -111,7 +112,7 @@ def _warn(message: str) -> None:
         sys.stderr.flush()
 
 
-def _write_json_atomic(path: str, data: dict[str, Any]) -> None:
+def _write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
     tmp = pathlib.Path(f"{path}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -550,9 +551,11 @@ class _Capture:
             if self.worker_stats_dir is not None:
                 shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ChildReportJSON:
+        """What the parent adds to the sidecar (traceinspect.sidecar declares the format)."""
+        distributed = self.distributed or _distributed_info() or _NOT_DISTRIBUTED
         chosen = self.chosen
-        steps: list[dict[str, Any]] = []
+        steps: list[StepJSON] = []
         last = self._window_last()
         if chosen is not None and chosen.kind != SOURCE_TIME:
             starts = chosen.starts_ns
@@ -606,7 +609,8 @@ class _Capture:
             "versions": _versions(),
             "backend": _backend_info(),
             "grain": self._grain_summary(),
-            **(self.distributed or _distributed_info() or _NOT_DISTRIBUTED),
+            "process_index": distributed["process_index"],
+            "process_count": distributed["process_count"],
         }
 
     def write_report(self) -> None:
@@ -633,7 +637,7 @@ class _Capture:
         ]
         return values[-1] if values else None
 
-    def _grain_summary(self) -> dict[str, Any] | None:
+    def _grain_summary(self) -> GrainJSON | None:
         if "grain" not in sys.modules and not self.grain_events:
             return None
 
@@ -683,14 +687,14 @@ class _Capture:
                     found[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         self.worker_snapshots[when] = found
 
-    def _workers_measured(self) -> dict[str, Any] | None:
+    def _workers_measured(self) -> WorkersMeasuredJSON | None:
         """Each worker's activity over the window: counter differences between its open and
         close (each worker's own clock: a probe writes every ~50 ms)."""
         start = self.worker_snapshots.get("open")
         stop = self.worker_snapshots.get("close")
         if not start or not stop:
             return None
-        workers = []
+        workers: list[WorkerJSON] = []
         for key, end in sorted(stop.items()):
             begin = start.get(key)
             if begin is None:
@@ -737,7 +741,7 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-def _host_info() -> dict[str, Any]:
+def _host_info() -> HostJSON:
     affinity: list[int] | None = None
     if hasattr(os, "sched_getaffinity"):
         with contextlib.suppress(OSError):

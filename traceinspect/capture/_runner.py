@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import json
 import shutil
@@ -16,8 +17,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
+from traceinspect import sidecar as SC
 from traceinspect._version import __version__
 from traceinspect.capture import _child
 from traceinspect.capture._command import ScriptCommand, parse_command
@@ -100,37 +102,40 @@ class CaptureResult:
     exit_code: int
     partial: bool
     partial_reasons: tuple[str, ...]
-    sidecar: dict[str, Any]
+    #: The sidecar as written (:mod:`traceinspect.sidecar` documents it; :attr:`record`
+    #: reads it).
+    sidecar: SC.SidecarJSON
+
+    @functools.cached_property
+    def record(self) -> SC.Sidecar:
+        """The sidecar, read (typed)."""
+        record = SC.parse(self.sidecar)
+        assert record is not None  # written by this very version
+        return record
 
     @property
     def step_source(self) -> str | None:
-        source: str | None = self.sidecar.get("step_source")
-        return source
+        return self.record.step_source
 
     def summary(self) -> str:
         """One line: the window, how steps were found, the mean step time and the exit code."""
-        window = self.sidecar.get("window") or {}
-        source = self.sidecar.get("step_source")
-        detail = self.sidecar.get("step_source_detail")
+        record = self.record
+        window, source, detail = record.window, record.step_source, record.step_source_detail
         if not self.trace_paths:
             what = "no trace captured"
         elif source == "time":
             what = f"traced a {detail}"
-        elif window.get("first_step") is not None:
+        elif window is not None and window.first_step is not None:
             what = (
-                f"traced steps {window['first_step']}-{window['last_step']}"
-                f" ({detail}; found by {source})"
+                f"traced steps {window.first_step}-{window.last_step} ({detail}; found by {source})"
             )
         else:
             what = "traced"
-        walls = [
-            s["wall_ms"]
-            for s in self.sidecar.get("steps", [])
-            if s.get("traced") and s.get("wall_ms") is not None
-        ]
+        walls = record.traced_step_walls_ms()
         mean = f", mean step {sum(walls) / len(walls):.1f} ms" if walls else ""
         state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
-        why = f"; {window['reason']}" if self.trace_paths and window.get("reason") else ""
+        reason = window.reason if window is not None else None
+        why = f"; {reason}" if self.trace_paths and reason else ""
         return f"{what}{mean}{state}{why}; script exit code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,14 +201,14 @@ def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Pa
     run cannot both start; until the capture ends it says the capture has not finished.
     """
     host = options.host
-    sidecar = Path(run_dir, _child.sidecar_name(host))
+    sidecar = Path(run_dir, SC.file_name(host))
     taken = f"run directory '{run_dir}' already holds host '{host}'"
     advice = "give each process its own --host-name, or use another --run-name"
     trace = Path(run_dir, f"{host}.xplane.pb")
     if trace.exists():
         raise CaptureError(f"{taken} ({trace.name}): {advice}")
-    placeholder = {
-        "schema_version": _child.SCHEMA_VERSION,
+    placeholder: SC.SidecarJSON = {
+        "schema_version": SC.SCHEMA_VERSION,
         "tool": {"name": "traceinspect", "version": __version__},
         "command": list(cmd.original),
         "run_name": options.run_name,
@@ -318,12 +323,12 @@ class _SignalRelay:
                     self.kill_at = None
 
 
-def _read_report(path: str) -> dict[str, Any] | None:
+def _read_report(path: str) -> SC.ChildReportJSON | None:
     try:
-        report: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return report
+    return cast(SC.ChildReportJSON, report) if isinstance(report, dict) else None
 
 
 def _exit_code(returncode: int) -> tuple[int, str | None]:
@@ -349,7 +354,7 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
     cmd = parse_command(command)
     shared = options.run_name is not None
     run_name, run_dir, scratch = _prepare_logdir(options.logdir, options.run_name)
-    sidecar_path = Path(run_dir, _child.sidecar_name(options.host if shared else None))
+    sidecar_path = Path(run_dir, SC.file_name(options.host if shared else None))
     try:
         if shared:
             _claim_host(run_dir, options, cmd)
@@ -409,12 +414,13 @@ def _sidecar(
     *,
     run_name: str,
     run_dir: str,
-    report: dict[str, Any] | None,
+    report: SC.ChildReportJSON | None,
     exit_code: int,
     exit_signal: str | None,
     started_ns: int,
     ended_ns: int,
-) -> dict[str, Any]:
+) -> SC.SidecarJSON:
+    """The sidecar: the run as the parent saw it, and the child's report of it."""
     reasons: list[str] = []
     if report is None:
         reasons.append(
@@ -423,14 +429,14 @@ def _sidecar(
         )
         report = {"host": _child._host_info(), "versions": _child._versions()}
     reasons.extend(report.get("partial_reasons", []))
-    window = report.get("window") or {}
+    window = report.get("window")
     trace_files = [name for name in report.get("trace_files", []) if name.endswith(".xplane.pb")]
     if not trace_files and not reasons:
         reasons.append("no trace was written")
-    elif not window.get("complete") and not reasons:
+    elif not (window is not None and window.get("complete")) and not reasons:
         reasons.append(f"the script ended with exit code {exit_code} inside the window")
-    sidecar: dict[str, Any] = {
-        "schema_version": _child.SCHEMA_VERSION,
+    sidecar: SC.SidecarJSON = {
+        "schema_version": SC.SCHEMA_VERSION,
         "tool": {"name": "traceinspect", "version": __version__},
         "command": list(cmd.original),
         "python": cmd.python,
@@ -448,7 +454,6 @@ def _sidecar(
         "partial_reasons": reasons,
         "options": {**_window_options(options), "workers": options.workers},
     }
-    for key, value in report.items():
-        if key != "partial_reasons":
-            sidecar.setdefault(key, value)
-    return sidecar
+    # The child's report follows, less what the parent decided above.
+    rest = {key: value for key, value in report.items() if key not in sidecar}
+    return cast(SC.SidecarJSON, {**sidecar, **rest})

@@ -23,7 +23,7 @@ def _analysis(result: CaptureResult) -> Analysis | str:
     if not result.trace_paths:
         return "nothing to analyze: no trace was written"
     # A shared run directory (--run-name) holds other hosts' traces: read only this one's.
-    path = result.trace_paths[0] if result.sidecar.get("shared_run") else result.run_dir
+    path = result.trace_paths[0] if result.record.shared_run else result.run_dir
     try:
         return run_analysis(load(path, use_cache=False))
     except TraceInspectError as exc:
@@ -159,8 +159,8 @@ def capture(
                 f"traceinspect: no trace written; details in {result.sidecar_path}", err=True
             )
         click.echo(f"traceinspect: {result.summary()}", err=True)
-    recorded = result.sidecar.get("profiler") or {}
-    if profiler.device_tracer_level != 1 and recorded.get("device_tracer_level_applied") is False:
+    applied = result.record.device_tracer_level_applied
+    if profiler.device_tracer_level != 1 and applied is False:
         click.echo("traceinspect: this jaxlib has no device tracer level; ignored", err=True)
     if analysis is not None and not as_json:
         if isinstance(analysis, str):

@@ -269,9 +269,8 @@ def _log_tail(path: Path, limit: int = 160) -> str:
 
 
 def _observed_workers(capture: CaptureResult) -> int | None:
-    grain = capture.sidecar.get("grain") or {}
-    count = grain.get("worker_count")
-    return int(count) if count is not None else None
+    grain = capture.record.grain
+    return grain.worker_count if grain is not None else None
 
 
 def _judge(workers: int, outcome: _Outcome, timeout_s: float | None, log_path: Path) -> SweepRun:

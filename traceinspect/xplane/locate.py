@@ -20,14 +20,7 @@ from traceinspect.xplane import fs
 from traceinspect.xplane.fs import Location, Stat, URLPath
 
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
-# What `traceinspect capture` writes beside the traces of a run (see traceinspect.capture).
-CAPTURE_SIDECAR = "traceinspect.capture.json"
 PROFILE_DIR = ("plugins", "profile")
-
-
-def host_sidecar_name(host: str) -> str:
-    """The sidecar of one host in a run directory shared by several (``--run-name``)."""
-    return f"{host}.{CAPTURE_SIDECAR}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""The capture sidecar's format (traceinspect.sidecar): the bundled sidecars capture wrote hold
+only declared keys and read back to the numbers in the file; newer schemas and damaged
+fields are handled as documented."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+
+from traceinspect import sidecar as SC
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+WRITTEN = sorted(SAMPLES.rglob(SC.FILE_NAME))
+
+
+def _declared(typed: type) -> set[str]:
+    return set(get_type_hints(typed))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_bundled_sidecars_exist() -> None:
+    assert len(WRITTEN) >= 10
+
+
+def _keys(data: dict[str, Any]) -> dict[type, set[str]]:
+    """The keys of each part of one written sidecar, by the type that declares the part."""
+    out: dict[type, set[str]] = {
+        SC.SidecarJSON: set(data),
+        SC.WindowJSON: set(data["window"]),
+        SC.HostJSON: set(data["host"]),
+        SC.ProfilerJSON: set(data["profiler"]),
+        SC.StepJSON: {k for step in data["steps"] for k in step},
+    }
+    grain = data.get("grain")
+    if grain:
+        out[SC.GrainJSON] = set(grain)
+        measured = grain.get("workers_measured")
+        if measured:
+            out[SC.WorkersMeasuredJSON] = set(measured)
+            out[SC.WorkerJSON] = {k for w in measured["workers"] for k in w}
+    return out
+
+
+@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.parent.relative_to(SAMPLES)))
+def test_written_keys_are_declared(path: Path) -> None:
+    for typed, keys in _keys(_load(path)).items():
+        assert keys <= _declared(typed), typed.__name__
+
+
+def test_every_declared_key_was_written() -> None:
+    """Older sidecars lack fields added since (fields are only added within a version), but
+    together the bundled ones hold every declared key: nothing is declared and never written."""
+    seen: dict[type, set[str]] = {}
+    for path in WRITTEN:
+        for typed, keys in _keys(_load(path)).items():
+            seen.setdefault(typed, set()).update(keys)
+    for typed, keys in seen.items():
+        assert keys == _declared(typed), typed.__name__
+    assert len(seen) == 8
+
+
+@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.parent.relative_to(SAMPLES)))
+def test_read_back(path: Path) -> None:
+    data = _load(path)
+    record = SC.parse(data)
+    assert record is not None and record.data is data
+    assert record.schema_version == data["schema_version"] == SC.SCHEMA_VERSION
+    assert record.step_source == data["step_source"]
+    assert record.window is not None
+    assert record.window.first_step == data["window"]["first_step"]
+    assert record.window.last_step == data["window"]["last_step"]
+    assert record.window.rule == data["window"].get("rule")
+    assert [s.wall_ms for s in record.steps] == [s["wall_ms"] for s in data["steps"]]
+    assert record.traced_step_walls_ms() == [
+        s["wall_ms"] for s in data["steps"] if s["traced"] and s["wall_ms"] is not None
+    ]
+    assert record.host is not None
+    assert record.host.cores == data["host"]["cpus_available"]
+    grain = data.get("grain")
+    if not grain:
+        assert record.grain is None
+        return
+    assert record.grain is not None
+    assert record.grain.worker_count == grain["worker_count"]
+    measured = grain.get("workers_measured")
+    if not measured:
+        assert record.grain.measured is None
+        return
+    assert record.grain.measured is not None
+    assert record.grain.measured.batches == measured["batches"]
+    assert [w.produce_s for w in record.grain.measured.workers] == [
+        w["produce_s"] for w in measured["workers"]
+    ]
+
+
+def test_a_newer_schema_is_not_read() -> None:
+    assert SC.parse({"schema_version": SC.SCHEMA_VERSION + 1, "window": {"rule": "x"}}) is None
+
+
+def test_no_schema_version_reads_as_version_1() -> None:
+    record = SC.parse({"steps": [{"index": 0, "wall_ms": 2.5, "traced": True}]})
+    assert record is not None and record.schema_version == 1
+    assert record.traced_step_walls_ms() == [2.5]
+
+
+def test_damaged_fields_read_as_absent() -> None:
+    data: Mapping[str, Any] = {
+        "step_source": "guess",
+        "window": {"rule": "sometimes", "first_step": "3", "last_step": 7.0, "complete": 1},
+        "steps": [{"wall_ms": 1.0}, "x", {"index": True}, {"index": 2, "wall_ms": "1"}],
+        "grain": {"worker_count": True, "workers_measured": {"workers": [{"index": 0}]}},
+        "host": [],
+        "partial_reasons": ["a", 3],
+    }
+    record = SC.parse(data)
+    assert record is not None
+    assert record.step_source is None
+    assert record.window == SC.Window(
+        rule=None, reason=None, first_step=None, last_step=7, complete=False
+    )
+    assert record.steps == (SC.HostStep(2, None, None, None, False),)
+    assert record.grain is not None and record.grain.worker_count is None
+    assert record.grain.measured is not None and record.grain.measured.workers == ()
+    assert record.host is None
+    assert record.partial_reasons == ("a",)
+
+
+def test_file_names() -> None:
+    assert SC.file_name() == SC.FILE_NAME == "traceinspect.capture.json"
+    assert SC.file_name("host3") == "host3.traceinspect.capture.json"

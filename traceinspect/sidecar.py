@@ -1,0 +1,471 @@
+"""The capture sidecar, ``traceinspect.capture.json``: its format, its one reader.
+
+``traceinspect capture`` writes one per run directory (``<host>.traceinspect.capture.json``
+per host in a run shared by several, ``--run-name``). It holds what the trace cannot: the
+command and how it ended, the step source and the traced window, every step's host time,
+the profiler settings, the host's cores and memory, the library versions, and the Grain
+settings and worker measurements seen at run time.
+
+The format is declared once, here, as ``TypedDict``\\ s: the writer (``capture/_runner.py``,
+from the report of ``capture/_child.py``) builds those types, and :func:`parse` reads them
+into the frozen records the analysis uses (:class:`Sidecar`, :class:`Window`,
+:class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`), so
+mypy checks every key on both sides. Standard library only: the capture child (which runs
+without the package on its path) may load it by path.
+
+Versioning: ``schema_version`` counts changes of meaning. Fields are only ever added within a
+version, so a reader takes what it knows and ignores the rest; a sidecar of a newer version
+than :data:`SCHEMA_VERSION` is not read (:func:`parse` returns None), and one without
+``schema_version`` (written before it existed) reads as version 1. A field of the wrong type
+reads as absent: the sidecar only adds facts, and a damaged one must not stop an analysis.
+
+Fields (times in Unix ns):
+
+- ``schema_version``, ``tool`` (``name``, ``version``)
+- ``command`` (as given), ``python`` (interpreter), ``cwd``, ``run_name``, ``run_dir``,
+  ``host_name`` (the host part of the file names), ``shared_run`` (``run_name`` was given)
+- ``process_index``, ``process_count``: from jax when the script called
+  ``jax.distributed.initialize`` (read when the window closed), else null
+- ``trace_files``: the ``.xplane.pb`` names in the run directory
+- ``started_unix_ns``, ``ended_unix_ns``, ``script_start_unix_ns``
+- ``exit_code`` (the script's; 128 + N when killed by signal N), ``exit_signal`` (name or null)
+- ``partial`` (bool) and ``partial_reasons`` (sentences); ``ended`` (how the script ended);
+  ``stopped_by_traceinspect`` (``--stop-after`` ended the run)
+- ``step_source`` (``annotation`` | ``grain`` | ``jit`` | ``time`` | null) and
+  ``step_source_detail`` (e.g. ``StepTraceAnnotation 'train'``)
+- ``window``: ``skip_steps`` (null: the steady-state rule), ``rule`` (``steady`` |
+  ``time_bound`` | ``skip`` | null), ``reason`` (a sentence: why it opened there),
+  ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
+  ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
+- ``steps``: one entry per step of the whole run (at most 10,000): ``index``, ``step_num``
+  (the script's, or null), ``start_unix_ns``, ``wall_ms`` (host time to the next step's
+  start, null for the last), ``traced``; ``steps_seen``: all steps of that source counted
+- ``profiler``: ``host_tracer_level``, ``python_tracer_level``, ``device_tracer_level``,
+  ``device_tracer_level_applied`` (false when this jaxlib has no such option),
+  ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
+- ``host``: ``hostname``, ``cpu_count``, ``cpu_affinity``, ``cpus_available``,
+  ``memory_total_bytes``, ``memory_available_bytes``, ``platform``, ``python``
+- ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
+- ``backend`` (null when the script never imported jax): ``platform``, ``device_count``,
+  ``process_count``, ``devices`` (``id``, ``platform``, ``kind``, ``process_index``)
+- ``grain`` (null when the script never imported grain): ``workers_override``,
+  ``worker_count``, ``per_worker_buffer_size``, ``read_threads``,
+  ``read_prefetch_buffer_size``, ``batch_size``, ``bytes_per_batch`` (the last setting of each
+  seen before the window opened), ``workers_measured`` (null without ``mp_prefetch`` workers:
+  ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
+  ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
+  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
+  ``timed_elements``), and ``observed``: every Grain construction seen, in order
+- ``options``: the capture options used; ``notes``: anything else worth knowing
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, cast, get_args
+
+SCHEMA_VERSION = 1
+FILE_NAME = "traceinspect.capture.json"
+
+StepSource = Literal["annotation", "grain", "jit", "time"]
+WindowRule = Literal["steady", "time_bound", "skip"]
+STEP_SOURCES: tuple[StepSource, ...] = get_args(StepSource)
+WINDOW_RULES: tuple[WindowRule, ...] = get_args(WindowRule)
+
+
+def file_name(host: str | None = None) -> str:
+    """The sidecar's file name: ``<host>.traceinspect.capture.json`` in a run directory
+    shared by several hosts (``--run-name``), else ``traceinspect.capture.json``."""
+    return f"{host}.{FILE_NAME}" if host else FILE_NAME
+
+
+# --- the format: what the writer builds ---------------------------------------------------
+
+
+class ToolJSON(TypedDict):
+    name: str
+    version: str
+
+
+class WindowJSON(TypedDict):
+    skip_steps: int | None
+    rule: str | None  # a WindowRule
+    reason: str | None
+    requested_steps: int | None
+    first_step: int | None
+    last_step: int | None
+    complete: bool
+    trace_start_unix_ns: int | None
+    trace_stop_unix_ns: int | None
+
+
+class StepJSON(TypedDict):
+    index: int
+    step_num: int | None
+    start_unix_ns: int
+    wall_ms: float | None
+    traced: bool
+
+
+class ProfilerJSON(TypedDict):
+    host_tracer_level: int
+    python_tracer_level: int
+    device_tracer_level: int | None
+    device_tracer_level_applied: bool | None
+    grain_worker_profiling: bool | None
+
+
+class HostJSON(TypedDict):
+    hostname: str
+    cpu_count: int | None
+    cpu_affinity: list[int] | None
+    cpus_available: int | None
+    memory_total_bytes: int | None
+    memory_available_bytes: int | None
+    platform: str
+    python: str
+
+
+class WorkerJSON(TypedDict):
+    index: int | None
+    pid: int | None
+    wall_s: float
+    elements: int
+    produce_s: float
+    blocked_s: float
+    cpu_s: float
+    rss_bytes: int | None
+    timed_elements: bool
+
+
+class WorkersMeasuredJSON(TypedDict):
+    window_s: float
+    batches: int
+    elements: int
+    main_process_cpu_s: float
+    workers: list[WorkerJSON]
+
+
+class GrainJSON(TypedDict):
+    workers_override: int | None
+    worker_count: int | None
+    per_worker_buffer_size: int | None
+    read_threads: int | None
+    read_prefetch_buffer_size: int | None
+    batch_size: int | None
+    bytes_per_batch: int | None
+    workers_measured: WorkersMeasuredJSON | None
+    observed: list[dict[str, Any]]
+
+
+class ChildReportJSON(TypedDict, total=False):
+    """What the capture child reports about the run (all of it, or only ``host`` and
+    ``versions`` when the script ended before the child could write): the runner adds it to
+    :class:`SidecarJSON`."""
+
+    step_source: str | None  # a StepSource
+    step_source_detail: str | None
+    window: WindowJSON
+    steps: list[StepJSON]
+    steps_seen: int
+    trace_files: list[str]
+    partial_reasons: list[str]
+    notes: list[str]
+    stopped_by_traceinspect: bool
+    ended: str | None
+    script_start_unix_ns: int | None
+    profiler: ProfilerJSON
+    host: HostJSON
+    versions: dict[str, str | None]
+    backend: dict[str, Any] | None
+    grain: GrainJSON | None
+    process_index: int | None
+    process_count: int | None
+
+
+class SidecarJSON(ChildReportJSON, total=False):
+    """The whole file. A host's placeholder in a shared run (written when its capture
+    starts, replaced when it ends) holds only some of these."""
+
+    schema_version: int
+    tool: ToolJSON
+    command: list[str]
+    python: str
+    cwd: str
+    run_name: str | None
+    run_dir: str
+    host_name: str
+    shared_run: bool
+    started_unix_ns: int
+    ended_unix_ns: int
+    exit_code: int
+    exit_signal: str | None
+    partial: bool
+    options: dict[str, Any]
+
+
+# --- the reader: typed records -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """The traced window: where capture opened it and why (step indices of the source)."""
+
+    rule: WindowRule | None
+    reason: str | None
+    first_step: int | None
+    last_step: int | None
+    complete: bool
+    requested_steps: int | None = None
+    skip_steps: int | None = None
+    trace_start_unix_ns: int | None = None
+    trace_stop_unix_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """One step of the run as the host saw it: its start and its time to the next step."""
+
+    index: int
+    step_num: int | None
+    start_unix_ns: int | None
+    wall_ms: float | None
+    traced: bool
+
+
+@dataclass(frozen=True)
+class WorkerCounters:
+    """One Grain worker process over the window (capture's probe, the worker's own clock)."""
+
+    index: int | None
+    pid: int | None
+    wall_s: float
+    elements: int
+    produce_s: float
+    blocked_s: float
+    cpu_s: float
+    rss_bytes: int | None
+    timed_elements: bool
+
+
+@dataclass(frozen=True)
+class WorkersMeasured:
+    """The worker probes' counters over the traced window."""
+
+    window_s: float | None
+    batches: int
+    elements: int
+    main_process_cpu_s: float | None
+    workers: tuple[WorkerCounters, ...]
+
+
+@dataclass(frozen=True)
+class GrainSettings:
+    """Grain's settings as the script made them (the last of each before the window)."""
+
+    worker_count: int | None
+    per_worker_buffer_size: int | None = None
+    read_threads: int | None = None
+    read_prefetch_buffer_size: int | None = None
+    batch_size: int | None = None
+    bytes_per_batch: int | None = None
+    workers_override: int | None = None
+    measured: WorkersMeasured | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The machine the script ran on."""
+
+    hostname: str | None
+    cpu_count: int | None
+    cpus_available: int | None
+    memory_total_bytes: int | None
+    memory_available_bytes: int | None
+
+    @property
+    def cores(self) -> int | None:
+        """The cores the process may use (its affinity), else the machine's."""
+        return self.cpus_available or self.cpu_count
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A capture sidecar, read. ``data`` is the file as written, for fields no analysis
+    reads (the command, versions, options, ...)."""
+
+    schema_version: int
+    step_source: StepSource | None
+    step_source_detail: str | None
+    window: Window | None
+    steps: tuple[HostStep, ...]
+    grain: GrainSettings | None
+    host: HostFacts | None
+    shared_run: bool
+    partial: bool
+    partial_reasons: tuple[str, ...]
+    device_tracer_level_applied: bool | None
+    data: SidecarJSON = field(repr=False, compare=False)
+
+    def traced_step_walls_ms(self) -> list[float]:
+        """Host wall times of the traced steps (those with a next step), in order."""
+        return [s.wall_ms for s in self.steps if s.traced and s.wall_ms is not None]
+
+
+def parse(data: Mapping[str, Any]) -> Sidecar | None:
+    """Read a sidecar's JSON object; None when it is of a newer schema than this reader."""
+    raw = cast(SidecarJSON, data)
+    version = _int(raw.get("schema_version"))
+    if version is None:
+        version = 1
+    if version > SCHEMA_VERSION:
+        return None
+    profiler = _mapping(raw.get("profiler"))
+    source = raw.get("step_source")
+    return Sidecar(
+        schema_version=version,
+        step_source=source if source in STEP_SOURCES else None,
+        step_source_detail=_str(raw.get("step_source_detail")),
+        window=_window(raw.get("window")),
+        steps=tuple(s for s in map(_step, _list(raw.get("steps"))) if s is not None),
+        grain=_grain(raw.get("grain")),
+        host=_host(raw.get("host")),
+        shared_run=raw.get("shared_run") is True,
+        partial=raw.get("partial") is True,
+        partial_reasons=tuple(r for r in _list(raw.get("partial_reasons")) if isinstance(r, str)),
+        device_tracer_level_applied=_bool(profiler.get("device_tracer_level_applied")),
+        data=raw,
+    )
+
+
+def _window(value: object) -> Window | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    w = cast(WindowJSON, value)
+    rule = w.get("rule")
+    return Window(
+        rule=rule if rule in WINDOW_RULES else None,
+        reason=_str(w.get("reason")),
+        first_step=_int(w.get("first_step")),
+        last_step=_int(w.get("last_step")),
+        complete=w.get("complete") is True,
+        requested_steps=_int(w.get("requested_steps")),
+        skip_steps=_int(w.get("skip_steps")),
+        trace_start_unix_ns=_int(w.get("trace_start_unix_ns")),
+        trace_stop_unix_ns=_int(w.get("trace_stop_unix_ns")),
+    )
+
+
+def _step(value: object) -> HostStep | None:
+    if not isinstance(value, Mapping):
+        return None
+    s = cast(StepJSON, value)
+    index = _int(s.get("index"))
+    if index is None:
+        return None
+    return HostStep(
+        index=index,
+        step_num=_int(s.get("step_num")),
+        start_unix_ns=_int(s.get("start_unix_ns")),
+        wall_ms=_float(s.get("wall_ms")),
+        traced=s.get("traced") is True,
+    )
+
+
+def _grain(value: object) -> GrainSettings | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    g = cast(GrainJSON, value)
+    return GrainSettings(
+        worker_count=_int(g.get("worker_count")),
+        per_worker_buffer_size=_int(g.get("per_worker_buffer_size")),
+        read_threads=_int(g.get("read_threads")),
+        read_prefetch_buffer_size=_int(g.get("read_prefetch_buffer_size")),
+        batch_size=_int(g.get("batch_size")),
+        bytes_per_batch=_int(g.get("bytes_per_batch")),
+        workers_override=_int(g.get("workers_override")),
+        measured=_measured(g.get("workers_measured")),
+    )
+
+
+def _measured(value: object) -> WorkersMeasured | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    m = cast(WorkersMeasuredJSON, value)
+    workers = tuple(w for w in map(_worker, _list(m.get("workers"))) if w is not None)
+    return WorkersMeasured(
+        window_s=_float(m.get("window_s")),
+        batches=_int(m.get("batches")) or 0,
+        elements=_int(m.get("elements")) or 0,
+        main_process_cpu_s=_float(m.get("main_process_cpu_s")),
+        workers=workers,
+    )
+
+
+def _worker(value: object) -> WorkerCounters | None:
+    if not isinstance(value, Mapping):
+        return None
+    w = cast(WorkerJSON, value)
+    numbers = (
+        _float(w.get("wall_s")),
+        _int(w.get("elements")),
+        _float(w.get("produce_s")),
+        _float(w.get("blocked_s")),
+        _float(w.get("cpu_s")),
+    )
+    wall_s, elements, produce_s, blocked_s, cpu_s = numbers
+    if wall_s is None or elements is None or produce_s is None or cpu_s is None:
+        return None
+    return WorkerCounters(
+        index=_int(w.get("index")),
+        pid=_int(w.get("pid")),
+        wall_s=wall_s,
+        elements=elements,
+        produce_s=produce_s,
+        blocked_s=blocked_s or 0.0,
+        cpu_s=cpu_s,
+        rss_bytes=_int(w.get("rss_bytes")),
+        timed_elements=w.get("timed_elements") is True,
+    )
+
+
+def _host(value: object) -> HostFacts | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    h = cast(HostJSON, value)
+    return HostFacts(
+        hostname=_str(h.get("hostname")),
+        cpu_count=_int(h.get("cpu_count")),
+        cpus_available=_int(h.get("cpus_available")),
+        memory_total_bytes=_int(h.get("memory_total_bytes")),
+        memory_available_bytes=_int(h.get("memory_available_bytes")),
+    )
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _list(value: object) -> Sequence[object]:
+    return value if isinstance(value, list) else ()
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
