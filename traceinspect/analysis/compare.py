@@ -153,7 +153,7 @@ class Comparison:
         )
 
 
-def _pct(before: float, after: float) -> float:
+def _pct_change(before: float, after: float) -> float:
     return round((after - before) / before * 100, 2) if before else 0.0
 
 
@@ -178,9 +178,9 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
         before=b,
         after=a,
         median_change_ms=round(a.median_ms - b.median_ms, 4),
-        median_change_pct=_pct(b.median_ms, a.median_ms),
+        median_change_pct=_pct_change(b.median_ms, a.median_ms),
         p90_change_ms=round(a.p90_ms - b.p90_ms, 4),
-        p90_change_pct=_pct(b.p90_ms, a.p90_ms),
+        p90_change_pct=_pct_change(b.p90_ms, a.p90_ms),
         busy_fraction_change=round(a.busy_fraction - b.busy_fraction, 4),
         device_busy_change_ms_per_step=round(
             a.device_busy_ms_per_step - b.device_busy_ms_per_step, 4
