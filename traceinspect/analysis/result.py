@@ -169,7 +169,7 @@ class Analysis:
             "summary": self.summary,
             "input_ms_per_step": self.input_ms_per_step,
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
-            "collective_ms_per_step": self.collective_ms_per_step,
+            S.COLLECTIVE_MS_PER_STEP: self.collective_ms_per_step,
             "sync_sites": list(self.sync_sites),
             "recommendations": [r.to_dict() for r in self.recommendations],
             "per_step": [

@@ -116,14 +116,14 @@ class PodAnalysis:
     def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
         hosts = []
         for r in self.results:
-            entry: dict[str, Any] = {"host": r.host, "location": r.location}
+            entry: dict[str, Any] = {S.HOST: r.host, "location": r.location}
             entry["file_bytes"] = r.file_bytes
             entry["seconds"] = round(r.seconds, 3)
             if r.analysis is None:
-                entry["error"] = r.error
+                entry[S.ERROR] = r.error
             else:
                 row = self.hosts.loc[r.host]
-                entry["role"] = str(row["role"])
+                entry[S.ROLE] = str(row[S.ROLE])
                 entry["analysis"] = r.analysis.to_dict(max_gaps=max_gaps)
             hosts.append(entry)
         return {
@@ -136,7 +136,7 @@ class PodAnalysis:
             "straggler": None if self.straggler is None else self.straggler.to_dict(),
             "recommendations": [r.to_dict() for r in self.recommendations],
             "hosts_table": [
-                {"host": str(h), **{k: _jsonable(v) for k, v in row.items()}}
+                {S.HOST: str(h), **{k: _jsonable(v) for k, v in row.items()}}
                 for h, row in self.hosts.iterrows()
             ],
             "steps": [
@@ -175,7 +175,7 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
         cols = {
             S.STEP: ps[S.STEP].to_numpy(),
             **{c: ps[c].to_numpy() for c in _STEP_COLUMNS},
-            "input_wait_ns": ps[S.idle_cause_ns("input")].to_numpy(),
+            S.INPUT_WAIT_NS: ps[S.idle_cause_ns("input")].to_numpy(),
             **{
                 S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy()
                 for c in CAUSES
@@ -183,7 +183,7 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
             },
         }
         frame = pd.DataFrame(cols)
-        frame.insert(0, "host", host)
+        frame.insert(0, S.HOST, host)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
@@ -193,11 +193,11 @@ def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
     numbers were left out because some host did not trace them."""
     long = _long_steps(analyses)
     # A step number a host traced twice (restarted numbering) keeps its first occurrence.
-    long = long.drop_duplicates(subset=["host", "step"], keep="first")
-    counts = long.groupby("step")["host"].nunique()
+    long = long.drop_duplicates(subset=[S.HOST, S.STEP], keep="first")
+    counts = long.groupby(S.STEP)[S.HOST].nunique()
     common = counts.index[counts == len(analyses)]
     left_out = int((counts < len(analyses)).sum())
-    aligned = long[long[S.STEP].isin(common)].sort_values(["step", "host"], kind="stable")
+    aligned = long[long[S.STEP].isin(common)].sort_values([S.STEP, S.HOST], kind="stable")
     return aligned.reset_index(drop=True), left_out
 
 
@@ -207,45 +207,45 @@ def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
     if aligned.empty:
         return pd.DataFrame(
             columns=[
-                "step",
-                "slowest_host",
-                "slowest_ms",
-                "fastest_ms",
-                "starved_host",
-                "starved_input_wait_ms",
+                S.STEP,
+                S.SLOWEST_HOST,
+                S.SLOWEST_MS,
+                S.FASTEST_MS,
+                S.STARVED_HOST,
+                S.STARVED_INPUT_WAIT_MS,
             ]
         )
-    g = aligned.groupby("step", sort=True)
+    g = aligned.groupby(S.STEP, sort=True)
     slow_idx = g[S.WALL_NS].idxmax()
-    starved_idx = g["input_wait_ns"].idxmax()
+    starved_idx = g[S.INPUT_WAIT_NS].idxmax()
     slowest_ns = aligned.loc[slow_idx, S.WALL_NS].to_numpy()
-    starved_wait = aligned.loc[starved_idx, "input_wait_ns"].to_numpy()
-    starved_host = aligned.loc[starved_idx, "host"].to_numpy().astype(object)
+    starved_wait = aligned.loc[starved_idx, S.INPUT_WAIT_NS].to_numpy()
+    starved_host = aligned.loc[starved_idx, S.HOST].to_numpy().astype(object)
     starved_host[starved_wait < MATTERS * slowest_ns] = None
     return pd.DataFrame(
         {
             S.STEP: g[S.WALL_NS].max().index.to_numpy(),
-            "slowest_host": aligned.loc[slow_idx, "host"].to_numpy(),
-            "slowest_ms": slowest_ns / 1e6,
-            "fastest_ms": g[S.WALL_NS].min().to_numpy() / 1e6,
-            "starved_host": starved_host,
-            "starved_input_wait_ms": starved_wait / 1e6,
+            S.SLOWEST_HOST: aligned.loc[slow_idx, S.HOST].to_numpy(),
+            S.SLOWEST_MS: slowest_ns / 1e6,
+            S.FASTEST_MS: g[S.WALL_NS].min().to_numpy() / 1e6,
+            S.STARVED_HOST: starved_host,
+            S.STARVED_INPUT_WAIT_MS: starved_wait / 1e6,
         }
     )
 
 
 def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler | None:
     """The host that starves the others (see the module docstring), or None."""
-    hosts = sorted(aligned["host"].unique()) if len(aligned) else []
+    hosts = sorted(aligned[S.HOST].unique()) if len(aligned) else []
     if len(hosts) < 2 or per_step.empty:
         return None
-    starved = Counter(str(h) for h in per_step["starved_host"] if pd.notna(h))
+    starved = Counter(str(h) for h in per_step[S.STARVED_HOST] if pd.notna(h))
     if not starved:
         return None
     host, count = starved.most_common(1)[0]
     n_steps = len(per_step)
-    by_host = aligned.groupby("host")
-    wait = by_host["input_wait_ns"].median()
+    by_host = aligned.groupby(S.HOST)
+    wait = by_host[S.INPUT_WAIT_NS].median()
     wall = by_host[S.WALL_NS].median()
     coll = by_host[S.COLLECTIVE_NS].median()
     others = [h for h in hosts if h != host]
@@ -307,34 +307,36 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
 def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.DataFrame:
     """One row per host: what its own analysis says, beside its aligned-step medians."""
     rows = []
-    by_host = aligned.groupby("host") if len(aligned) else None
+    by_host = aligned.groupby(S.HOST) if len(aligned) else None
     for r in results:
         a = r.analysis
-        row: dict[str, Any] = {"host": r.host, "file_mb": r.file_bytes / 1e6}
+        row: dict[str, Any] = {S.HOST: r.host, S.FILE_MB: r.file_bytes / 1e6}
         if a is None:
-            row.update(verdict="error", error=r.error)
+            row.update({S.VERDICT: "error", S.ERROR: r.error})
             rows.append(row)
             continue
         workers = next((x for x in a.recommendations if x.kind == GRAIN_WORKER_COUNT), None)
         row.update(
-            verdict=a.verdict,
-            steps=a.steps.count,
-            median_step_ms=a.steps.median_ms,
-            p90_step_ms=a.steps.p90_ms,
-            busy_ms_per_step=a.device_busy_ms_per_step,
-            collective_ms_per_step=a.collective_ms_per_step,
-            input_work_ms_per_step=a.input_ms_per_step,
-            input_wait_ms_per_step=np.nan,
-            idle_fraction=a.idle_fraction,
-            grain_workers=None if workers is None else workers.value,
-            error=None,
+            {
+                S.VERDICT: a.verdict,
+                S.STEP_COUNT: a.steps.count,
+                S.MEDIAN_STEP_MS: a.steps.median_ms,
+                S.P90_STEP_MS: a.steps.p90_ms,
+                S.BUSY_MS_PER_STEP: a.device_busy_ms_per_step,
+                S.COLLECTIVE_MS_PER_STEP: a.collective_ms_per_step,
+                S.INPUT_WORK_MS_PER_STEP: a.input_ms_per_step,
+                S.INPUT_WAIT_MS_PER_STEP: np.nan,
+                S.IDLE_FRACTION: a.idle_fraction,
+                S.GRAIN_WORKERS: None if workers is None else workers.value,
+                S.ERROR: None,
+            }
         )
         if by_host is not None and r.host in by_host.groups:
             mine = by_host.get_group(r.host)
-            row["input_wait_ms_per_step"] = _median(mine["input_wait_ns"]) / 1e6
+            row[S.INPUT_WAIT_MS_PER_STEP] = _median(mine[S.INPUT_WAIT_NS]) / 1e6
         rows.append(row)
-    table = pd.DataFrame(rows).set_index("host")
-    table["role"] = ""
+    table = pd.DataFrame(rows).set_index(S.HOST)
+    table[S.ROLE] = ""
     return table
 
 
@@ -353,7 +355,7 @@ def analyze_pod(
             f"out: " + "; ".join(f"{r.host}: {r.error}" for r in failed[:5])
         )
     aligned, left_out = (
-        align_steps(analyses) if analyses else (pd.DataFrame(columns=["step", "host"]), 0)
+        align_steps(analyses) if analyses else (pd.DataFrame(columns=[S.STEP, S.HOST]), 0)
     )
     if left_out:
         notes.append(
@@ -370,14 +372,14 @@ def analyze_pod(
     straggler = find_straggler(aligned, steps_table)
     table = host_table(results, aligned)
     if straggler is not None:
-        table.loc[straggler.host, "role"] = "straggler"
+        table.loc[straggler.host, S.ROLE] = "straggler"
         if straggler.confirmed:
             for h in table.index:
-                if h != straggler.host and table.loc[h, "verdict"] != "error":
-                    table.loc[h, "role"] = f"waits for {straggler.host}"
+                if h != straggler.host and table.loc[h, S.VERDICT] != "error":
+                    table.loc[h, S.ROLE] = f"waits for {straggler.host}"
     if straggler is None and len(analyses) > 1:
-        ok = table[table["verdict"] != "error"]
-        share = ok["collective_ms_per_step"] / ok["busy_ms_per_step"].where(lambda v: v > 0)
+        ok = table[table[S.VERDICT] != "error"]
+        share = ok[S.COLLECTIVE_MS_PER_STEP] / ok[S.BUSY_MS_PER_STEP].where(lambda v: v > 0)
         if len(share.dropna()) and float(share.median()) >= COLLECTIVE_HEAVY:
             notes.append(
                 f"The devices spend {float(share.median()):.0%} of their busy time inside "
@@ -410,7 +412,7 @@ def _pod_verdict(
         return "error", "No host could be analysed."
     counts = Counter(a.verdict for a in analyses.values())
     common, n = counts.most_common(1)[0]
-    step_ms = table["median_step_ms"].astype(float)
+    step_ms = table[S.MEDIAN_STEP_MS].astype(float)
     slowest = str(step_ms.idxmax())
     if n == len(analyses):
         return common, (

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from traceinspect import schema as S
 from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,9 +33,9 @@ METRICS = ("median", "mean")
 # Column names of SweepResult.rows() and sweep.csv; times carry their unit.
 WORKERS = "workers"
 STATUS = "status"
-MEDIAN_MS = "median_step_ms"
+MEDIAN_MS = S.MEDIAN_STEP_MS
 MEAN_MS = "mean_step_ms"
-P90_MS = "p90_step_ms"
+P90_MS = S.P90_STEP_MS
 P10_MS = "p10_step_ms"
 SPREAD = "spread"  # (p90 - p10) / median of the step times: lower is steadier
 VS_BEST = "vs_best"  # median / best median
