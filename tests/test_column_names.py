@@ -29,17 +29,16 @@ WITH_UNITS = {
     S.START_MS,
     *(S.idle_cause_ns(c) for c in ("input", "sync", "compile", "host", "unknown")),
     # pod tables
-    S.INPUT_WAIT_NS,
     S.FILE_MB,
     S.MEDIAN_STEP_MS,
     S.P90_STEP_MS,
     S.BUSY_MS_PER_STEP,
     S.COLLECTIVE_MS_PER_STEP,
     S.INPUT_WORK_MS_PER_STEP,
-    S.INPUT_WAIT_MS_PER_STEP,
+    S.INPUT_IDLE_MS_PER_STEP,
     S.SLOWEST_MS,
     S.FASTEST_MS,
-    S.STARVED_INPUT_WAIT_MS,
+    S.STARVED_INPUT_IDLE_MS,
 }
 AS_INDEX = {
     S.STEP,

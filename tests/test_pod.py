@@ -91,7 +91,7 @@ def test_one_slow_host_is_named_and_confirmed(tmp_path: Path) -> None:
     # 3 ms, and its all-reduce is the rest of the step: 10 - 6.1 - 3 = 0.9 ms.
     assert s.input_wait_ms_per_step == 6.0 and s.collective_ms_per_step == 0.9
     # The others: 0.2 ms fetch, all-reduce 10 - 0.3 - 3 = 6.7 ms; 5.8 ms longer than h2's,
-    # which is 5.8 / 6 of h2's input wait.
+    # which is 5.8 / 6 of h2's input idle time.
     assert s.others_input_wait_ms_per_step == 0.2 and s.others_collective_ms_per_step == 6.7
     assert s.explained_fraction == pytest.approx(5.8 / 6, abs=1e-4)
     assert pod.verdict == "straggler"
@@ -106,7 +106,7 @@ def test_one_slow_host_is_named_and_confirmed(tmp_path: Path) -> None:
     ]
     assert list(pod.hosts[S.COLLECTIVE_MS_PER_STEP]) == [6.7, 6.7, 0.9, 6.7]
     assert pod.per_step[S.STARVED_HOST].tolist() == ["h2"] * 6
-    assert pod.per_step[S.STARVED_INPUT_WAIT_MS].tolist() == [6.0] * 6
+    assert pod.per_step[S.STARVED_INPUT_IDLE_MS].tolist() == [6.0] * 6
     assert len(pod.steps) == 24 and sorted(pod.steps[S.STEP].unique()) == list(range(6))
     kinds = [r.kind for r in pod.recommendations]
     assert kinds[0] == "fix_straggler" and "grain_worker_count" in kinds
@@ -276,6 +276,10 @@ def test_cli_pod_text_json_host_and_errors(tmp_path: Path) -> None:
     assert data["host_count"] == 4 and len(data["steps"]) == 6
     assert data["hosts"][2]["analysis"]["verdict"] == "input-bound"
     assert data["hosts_table"][2]["collective_ms_per_step"] == 0.9
+    # The input idle columns keep their historical JSON keys.
+    assert data["hosts_table"][2]["input_wait_ms_per_step"] == 6.0
+    assert data["steps"][0]["starved_input_wait_ms"] == 6.0
+    assert "input_idle_ms_per_step" not in data["hosts_table"][2]
     one = runner.invoke(main, ["analyze", str(root), "--host", "h2"])
     assert one.exit_code == 0 and one.output.startswith("Verdict   input-bound")
     two = runner.invoke(main, ["analyze", str(root), "--host", "h2", "--host", "h0", "-j", "1"])

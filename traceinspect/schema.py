@@ -97,11 +97,11 @@ START_MS: Final = "start_ms"  # ms from the trace's first event (as printed)
 CATEGORY: Final = "category"  # input | sync | compile | host
 
 # --- pod tables ---------------------------------------------------------------------------
-# The frames of a multi-host analysis (analysis/straggler.py, PodAnalysis).
+# The frames of a multi-host analysis (analysis/straggler.py, PodAnalysis). "Input idle" is
+# the device's idle time caused by input (idle_cause_ns("input")); the training thread's
+# time fetching batches is "input work" (INPUT_WORK_NS; the sweep's input_wait_ms).
 # PodAnalysis.steps: one row per (step, host) for the step numbers every host traced, with
-# HOST, STEP, WALL_NS, BUSY_NS, COLLECTIVE_NS, IDLE_NS, the input idle time and
-# idle_cause_ns(cause) for the other causes.
-INPUT_WAIT_NS: Final = "input_wait_ns"  # the device's idle time caused by input
+# HOST, STEP, WALL_NS, BUSY_NS, COLLECTIVE_NS, IDLE_NS and idle_cause_ns(cause) per cause.
 # PodAnalysis.hosts: one row per host (index HOST); also the JSON's "hosts_table".
 FILE_MB: Final = "file_mb"  # size of the host's trace file
 VERDICT: Final = "verdict"  # the host's own verdict, or "error"
@@ -111,7 +111,7 @@ P90_STEP_MS: Final = "p90_step_ms"
 BUSY_MS_PER_STEP: Final = "busy_ms_per_step"  # device busy per step (median)
 COLLECTIVE_MS_PER_STEP: Final = "collective_ms_per_step"  # of it, inside collectives
 INPUT_WORK_MS_PER_STEP: Final = "input_work_ms_per_step"  # training thread on input
-INPUT_WAIT_MS_PER_STEP: Final = "input_wait_ms_per_step"  # INPUT_WAIT_NS, aligned median
+INPUT_IDLE_MS_PER_STEP: Final = "input_idle_ms_per_step"  # input idle, aligned steps' median
 IDLE_FRACTION: Final = "idle_fraction"  # the device's idle share of step time
 GRAIN_WORKERS: Final = "grain_workers"  # the host's recommended grain_worker_count
 ERROR: Final = "error"  # why the host could not be analysed (None otherwise)
@@ -120,8 +120,8 @@ ROLE: Final = "role"  # "straggler", "waits for HOST" or ""
 SLOWEST_HOST: Final = "slowest_host"  # the host with the longest step
 SLOWEST_MS: Final = "slowest_ms"  # its step time
 FASTEST_MS: Final = "fastest_ms"  # the shortest step time among the hosts
-STARVED_HOST: Final = "starved_host"  # the longest INPUT_WAIT_NS when it matters, or None
-STARVED_INPUT_WAIT_MS: Final = "starved_input_wait_ms"  # that host's INPUT_WAIT_NS in ms
+STARVED_HOST: Final = "starved_host"  # the longest input idle when it matters, or None
+STARVED_INPUT_IDLE_MS: Final = "starved_input_idle_ms"  # that host's input idle time
 
 PLANES_COLUMNS: Final = (HOST, PLANE, XPLANE_ID, LINE_COUNT, EVENT_COUNT)
 LINES_COLUMNS: Final = (

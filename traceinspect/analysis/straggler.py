@@ -8,16 +8,17 @@ inside the collective, waiting for the late host. So the per-host verdicts disag
 what happened.
 
 The rule, over the steps every host traced (aligned by step number; host clocks are not
-compared):
+compared). A host's *input idle* time is its device's idle time caused by input
+(``idle_input_ns``), not the training thread's time fetching a batch (``input_work_ns``):
 
-- Per step, the host whose device waited longest for input is the *starved* host of that
-  step (when that wait matters: >= 5% of the step), and the host with the longest step is
-  the *slowest* one.
-- A host is the straggler when it is the starved host in most steps, its input wait per
-  step (median) matters, and it waits at least twice as long as any other host does.
-- Its wait *explains* the others' collective waits when each other host spends longer
-  in collectives than the straggler does, by at least half of the straggler's input wait
-  (median over hosts): the devices that were not fed by it wait for it in the
+- Per step, the host with the longest input idle time is the *starved* host of that step
+  (when that time matters: >= 5% of the step), and the host with the longest step is the
+  *slowest* one.
+- A host is the straggler when it is the starved host in most steps, its input idle time
+  per step (median) matters, and it is at least twice any other host's.
+- Its input idle time *explains* the others' collective waits when each other host spends
+  longer in collectives than the straggler does, by at least half of the straggler's input
+  idle time (median over hosts): the devices that were not fed by it wait for it in the
   all-reduce. Then the straggler is ``confirmed``. Without collectives in the traces (runs
   captured separately, or no cross-host communication), a starved host that is also the
   slowest is still named, unconfirmed.
@@ -41,9 +42,9 @@ from traceinspect import schema as S
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Recommendation
 from traceinspect.vocabulary import CAUSES, MATTERS
 
-# The straggler must wait at least this many times longer for input than any other host.
+# The straggler's input idle time must be at least this many times any other host's.
 DISTINCT = 2.0
-# The others' extra collective time must cover at least this share of its input wait.
+# The others' extra collective time must cover at least this share of its input idle time.
 EXPLAINS = 0.5
 # ... and it must be the starved host in more than this share of the aligned steps.
 MAJORITY = 0.5
@@ -71,16 +72,21 @@ class HostResult:
 
 @dataclass(frozen=True)
 class Straggler:
-    """The host that starves the pod, and how sure the evidence makes us."""
+    """The host that starves the pod, and how sure the evidence makes us.
+
+    ``input_wait_ms_per_step`` and ``others_input_wait_ms_per_step`` are input *idle* times
+    (the device idle for input, the pod tables' ``input_idle_ms_per_step``); the fields keep
+    their historical names because ``to_dict()`` gives them as ``analyze --json`` keys.
+    """
 
     host: str
-    starved_steps: int  # aligned steps in which this host waited longest for input
+    starved_steps: int  # aligned steps in which this host's input idle time was the longest
     aligned_steps: int
-    input_wait_ms_per_step: float  # median, this host
-    others_input_wait_ms_per_step: float  # the largest median among the other hosts
+    input_wait_ms_per_step: float  # input idle time, median, this host
+    others_input_wait_ms_per_step: float  # the largest input idle median among the others
     collective_ms_per_step: float  # median, this host
     others_collective_ms_per_step: float  # median over the other hosts
-    explained_fraction: float | None  # others' extra collective time / its input wait
+    explained_fraction: float | None  # others' extra collective time / its input idle time
     confirmed: bool
     message: str
 
@@ -96,7 +102,7 @@ class PodAnalysis:
     path: str
     run: str
     results: tuple[HostResult, ...]
-    #: One row per host (index ``host``): verdict, step times, input and collective waits.
+    #: One row per host (index ``host``): verdict, step times, input idle, collective time.
     hosts: pd.DataFrame = field(repr=False)
     #: One row per (step, host) for the steps all analysed hosts traced (ns columns).
     steps: pd.DataFrame = field(repr=False)
@@ -114,6 +120,9 @@ class PodAnalysis:
         return {r.host: r.analysis for r in self.results if r.analysis is not None}
 
     def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
+        def keyed(row: pd.Series | dict[Any, Any]) -> dict[str, Any]:
+            return {_JSON_KEY.get(str(k), str(k)): _jsonable(v) for k, v in row.items()}
+
         hosts = []
         for r in self.results:
             entry: dict[str, Any] = {S.HOST: r.host, "location": r.location}
@@ -135,14 +144,8 @@ class PodAnalysis:
             "summary": self.summary,
             "straggler": None if self.straggler is None else self.straggler.to_dict(),
             "recommendations": [r.to_dict() for r in self.recommendations],
-            "hosts_table": [
-                {S.HOST: str(h), **{k: _jsonable(v) for k, v in row.items()}}
-                for h, row in self.hosts.iterrows()
-            ],
-            "steps": [
-                {k: _jsonable(v) for k, v in r.items()}
-                for r in self.per_step.to_dict(orient="records")
-            ],
+            "hosts_table": [{S.HOST: str(h), **keyed(row)} for h, row in self.hosts.iterrows()],
+            "steps": [keyed(r) for r in self.per_step.to_dict(orient="records")],
             "hosts": hosts,
             "notes": list(self.notes),
         }
@@ -150,6 +153,16 @@ class PodAnalysis:
     def _repr_html_(self) -> str:
         table = self.hosts.to_html(float_format=lambda v: f"{v:,.2f}")
         return f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>" + table
+
+
+# Pod table columns whose analyze --json key keeps its historical spelling: "input wait"
+# there is the device's input idle time (the column's name), not the training thread's
+# wait for a batch (the sweep's input_wait_ms). Readers of the JSON rely on these keys.
+_JSON_KEY = {
+    S.INPUT_IDLE_MS_PER_STEP: "input_wait_ms_per_step",
+    S.STARVED_INPUT_IDLE_MS: "starved_input_wait_ms",
+}
+_INPUT_IDLE_NS = S.idle_cause_ns("input")
 
 
 def _jsonable(value: Any) -> Any:
@@ -175,12 +188,7 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
         cols = {
             S.STEP: ps[S.STEP].to_numpy(),
             **{c: ps[c].to_numpy() for c in _STEP_COLUMNS},
-            S.INPUT_WAIT_NS: ps[S.idle_cause_ns("input")].to_numpy(),
-            **{
-                S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy()
-                for c in CAUSES
-                if c != "input"
-            },
+            **{S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy() for c in CAUSES},
         }
         frame = pd.DataFrame(cols)
         frame.insert(0, S.HOST, host)
@@ -203,7 +211,7 @@ def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
 
 def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
     """Per aligned step: the slowest host, the fastest step time, and the starved host
-    (longest input wait, when it is at least 5% of the slowest step)."""
+    (longest input idle time, when it is at least 5% of the slowest step)."""
     if aligned.empty:
         return pd.DataFrame(
             columns=[
@@ -212,16 +220,16 @@ def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
                 S.SLOWEST_MS,
                 S.FASTEST_MS,
                 S.STARVED_HOST,
-                S.STARVED_INPUT_WAIT_MS,
+                S.STARVED_INPUT_IDLE_MS,
             ]
         )
     g = aligned.groupby(S.STEP, sort=True)
     slow_idx = g[S.WALL_NS].idxmax()
-    starved_idx = g[S.INPUT_WAIT_NS].idxmax()
+    starved_idx = g[_INPUT_IDLE_NS].idxmax()
     slowest_ns = aligned.loc[slow_idx, S.WALL_NS].to_numpy()
-    starved_wait = aligned.loc[starved_idx, S.INPUT_WAIT_NS].to_numpy()
+    starved_idle = aligned.loc[starved_idx, _INPUT_IDLE_NS].to_numpy()
     starved_host = aligned.loc[starved_idx, S.HOST].to_numpy().astype(object)
-    starved_host[starved_wait < MATTERS * slowest_ns] = None
+    starved_host[starved_idle < MATTERS * slowest_ns] = None
     return pd.DataFrame(
         {
             S.STEP: g[S.WALL_NS].max().index.to_numpy(),
@@ -229,7 +237,7 @@ def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
             S.SLOWEST_MS: slowest_ns / 1e6,
             S.FASTEST_MS: g[S.WALL_NS].min().to_numpy() / 1e6,
             S.STARVED_HOST: starved_host,
-            S.STARVED_INPUT_WAIT_MS: starved_wait / 1e6,
+            S.STARVED_INPUT_IDLE_MS: starved_idle / 1e6,
         }
     )
 
@@ -245,20 +253,20 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
     host, count = starved.most_common(1)[0]
     n_steps = len(per_step)
     by_host = aligned.groupby(S.HOST)
-    wait = by_host[S.INPUT_WAIT_NS].median()
+    input_idle = by_host[_INPUT_IDLE_NS].median()
     wall = by_host[S.WALL_NS].median()
     coll = by_host[S.COLLECTIVE_NS].median()
     others = [h for h in hosts if h != host]
-    own_wait = float(wait[host])
-    others_wait = float(wait[others].max())
-    if count <= MAJORITY * n_steps or own_wait < MATTERS * float(wall[host]):
+    own_idle = float(input_idle[host])
+    others_idle = float(input_idle[others].max())
+    if count <= MAJORITY * n_steps or own_idle < MATTERS * float(wall[host]):
         return None
-    if own_wait < DISTINCT * others_wait:
+    if own_idle < DISTINCT * others_idle:
         return None  # several hosts starve alike: the pod is input-bound, not one host
     own_coll = float(coll[host])
     others_coll = _median(coll[others].to_numpy())
     has_collectives = float(coll.max()) > 0
-    explained = (others_coll - own_coll) / own_wait if has_collectives else None
+    explained = (others_coll - own_coll) / own_idle if has_collectives else None
     confirmed = explained is not None and explained >= EXPLAINS
     slowest = wall.idxmax() == host and float(wall[host]) > (1 + MATTERS) * _median(
         wall[others].to_numpy()
@@ -271,22 +279,22 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
     n_others = len(others)
     if confirmed:
         message = (
-            f"Host {host} starves the pod: its device waits {own_wait / ms:.2f} ms/step for "
-            f"input (the other {n_others} host(s) at most {others_wait / ms:.2f}), and the "
+            f"Host {host} starves the pod: its device waits {own_idle / ms:.2f} ms/step for "
+            f"input (the other {n_others} host(s) at most {others_idle / ms:.2f}), and the "
             f"other hosts spend {(others_coll - own_coll) / ms:.2f} ms/step longer in "
             "collectives than it does: they wait there for it."
         )
     elif explained is None:
         message = (
             f"Host {host} is the slowest and starved of input: its device waits "
-            f"{own_wait / ms:.2f} ms/step for input (the others at most "
-            f"{others_wait / ms:.2f}). The traces hold no collectives, so whether the "
+            f"{own_idle / ms:.2f} ms/step for input (the others at most "
+            f"{others_idle / ms:.2f}). The traces hold no collectives, so whether the "
             "other hosts wait for it cannot be checked (were the runs captured separately?)."
         )
     else:
         message = (
-            f"Host {host} is the slowest and starved of input ({own_wait / ms:.2f} ms/step "
-            f"against at most {others_wait / ms:.2f} on the others), but the other hosts' "
+            f"Host {host} is the slowest and starved of input ({own_idle / ms:.2f} ms/step "
+            f"against at most {others_idle / ms:.2f} on the others), but the other hosts' "
             f"collectives are only {(others_coll - own_coll) / ms:.2f} ms/step longer than "
             "its own, so its wait does not explain theirs."
         )
@@ -294,8 +302,8 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
         host=str(host),
         starved_steps=int(count),
         aligned_steps=n_steps,
-        input_wait_ms_per_step=round(own_wait / ms, 4),
-        others_input_wait_ms_per_step=round(others_wait / ms, 4),
+        input_wait_ms_per_step=round(own_idle / ms, 4),
+        others_input_wait_ms_per_step=round(others_idle / ms, 4),
         collective_ms_per_step=round(own_coll / ms, 4),
         others_collective_ms_per_step=round(others_coll / ms, 4),
         explained_fraction=None if explained is None else round(explained, 4),
@@ -325,7 +333,7 @@ def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.Dat
                 S.BUSY_MS_PER_STEP: a.device_busy_ms_per_step,
                 S.COLLECTIVE_MS_PER_STEP: a.collective_ms_per_step,
                 S.INPUT_WORK_MS_PER_STEP: a.input_ms_per_step,
-                S.INPUT_WAIT_MS_PER_STEP: np.nan,
+                S.INPUT_IDLE_MS_PER_STEP: np.nan,
                 S.IDLE_FRACTION: a.idle_fraction,
                 S.GRAIN_WORKERS: None if workers is None else workers.value,
                 S.ERROR: None,
@@ -333,7 +341,7 @@ def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.Dat
         )
         if by_host is not None and r.host in by_host.groups:
             mine = by_host.get_group(r.host)
-            row[S.INPUT_WAIT_MS_PER_STEP] = _median(mine[S.INPUT_WAIT_NS]) / 1e6
+            row[S.INPUT_IDLE_MS_PER_STEP] = _median(mine[_INPUT_IDLE_NS]) / 1e6
         rows.append(row)
     table = pd.DataFrame(rows).set_index(S.HOST)
     table[S.ROLE] = ""

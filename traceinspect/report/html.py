@@ -165,8 +165,8 @@ POD_FIGURE_CAPTIONS = {
         "grey: the device waits there for the other hosts) and idle time by cause."
     ),
     "host_steps": (
-        "Step time of every host, step by step; the straggler's device idle time waiting "
-        "for input as bars."
+        "Step time of every host, step by step; the straggler's input idle time (its device "
+        "idle, waiting for input) as bars."
     ),
 }
 
@@ -185,7 +185,7 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
         (S.P90_STEP_MS, "p90 ms", ",.2f"),
         (S.BUSY_MS_PER_STEP, "busy ms", ",.2f"),
         (S.COLLECTIVE_MS_PER_STEP, "in collectives ms", ",.2f"),
-        (S.INPUT_WAIT_MS_PER_STEP, "input wait ms", ",.2f"),
+        (S.INPUT_IDLE_MS_PER_STEP, "input idle ms", ",.2f"),
         (S.ROLE, "role", None),
     ]
     head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in columns)

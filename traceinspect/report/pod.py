@@ -30,7 +30,7 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
     out.append("")
     header = (
         f"  {'host':<20} {'verdict':<14} {'step ms':>9} {'p90 ms':>9} {'busy ms':>9} "
-        f"{'collect. ms':>11} {'input wait':>10}  role"
+        f"{'collect. ms':>11} {'input idle':>10}  role"
     )
     out.append("Hosts (per step, median)")
     out.append(header)
@@ -42,15 +42,15 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
             f"  {host!s:<20} {row[S.VERDICT]:<14} {_num(row[S.MEDIAN_STEP_MS]):>9} "
             f"{_num(row[S.P90_STEP_MS]):>9} {_num(row[S.BUSY_MS_PER_STEP]):>9} "
             f"{_num(row[S.COLLECTIVE_MS_PER_STEP]):>11} "
-            f"{_num(row[S.INPUT_WAIT_MS_PER_STEP]):>10}  {row[S.ROLE]}".rstrip()
+            f"{_num(row[S.INPUT_IDLE_MS_PER_STEP]):>10}  {row[S.ROLE]}".rstrip()
         )
     if aligned:
         out.append("")
         shown = pod.per_step.head(max_steps)
-        out.append("Steps (slowest host, and the host that waited longest for input)")
+        out.append("Steps (slowest host, and the host whose device waited longest for input)")
         for r in shown.to_dict(orient="records"):
             starved = (
-                f"starved: {r[S.STARVED_HOST]} ({r[S.STARVED_INPUT_WAIT_MS]:,.2f} ms input wait)"
+                f"starved: {r[S.STARVED_HOST]} ({r[S.STARVED_INPUT_IDLE_MS]:,.2f} ms input idle)"
                 if pd.notna(r[S.STARVED_HOST])
                 else "no host waited for input"
             )

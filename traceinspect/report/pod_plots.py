@@ -58,9 +58,7 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
         if med is not None and host in med.index:
             row = med.loc[host]
             busy, coll = float(row[S.BUSY_NS]), float(row[S.COLLECTIVE_NS])
-            idle = [float(row[S.INPUT_WAIT_NS])] + [
-                float(row[S.idle_cause_ns(c)]) for c in CAUSES if c != "input"
-            ]
+            idle = [float(row[S.idle_cause_ns(c)]) for c in CAUSES]
         else:  # no aligned steps: the host's own medians
             a = pod.analyses[host]
             busy = a.device_busy_ms_per_step * 1e6
@@ -105,7 +103,8 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
 
 def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     """Step time of every host, step by step (aligned by step number); the straggler in
-    the input colour, with its input wait as bars underneath."""
+    the input colour, with its input idle time (its device idle, waiting for input) as bars
+    underneath."""
     if ax is None:
         ax = _new_axes(9.0, 4.0)
     steps = pod.steps
@@ -129,12 +128,12 @@ def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
         if is_straggler:
             ax.bar(
                 x,
-                mine[S.INPUT_WAIT_NS].to_numpy() / 1e6,
+                mine[S.idle_cause_ns("input")].to_numpy() / 1e6,
                 width=0.8,
                 color=CAUSE_COLORS["input"],
                 alpha=0.35,
                 linewidth=0,
-                label=f"{host}: device idle waiting for input",
+                label=f"{host}: input idle (device waiting for input)",
                 zorder=1,
             )
     from matplotlib.ticker import MaxNLocator
