@@ -234,21 +234,12 @@ class Trace:
         merged = pairs.merge(ms, on=S.METADATA_ROW)
         return merged.drop(columns=[S.METADATA_ROW])
 
-    # --- display --------------------------------------------------------------------------
+    # --- display (notebooks: traceinspect.report.notebook.trace_html) ----------------------
     def __repr__(self) -> str:
         return (
             f"<Trace {self.run_name!r}: {len(self.hosts)} host(s), {len(self.planes)} planes, "
             f"{len(self.lines)} lines, {self.event_count:,} events, "
             f"{self.span_ns / 1e6:,.1f} ms>"
-        )
-
-    def _repr_html_(self) -> str:
-        summary = self.lines.groupby([S.HOST, S.PLANE], observed=True)[S.EVENT_COUNT].sum()
-        table = summary.to_frame("events").to_html()
-        return (
-            f"<p><b>Trace</b> <code>{self.run_name}</code>: {len(self.hosts)} host(s), "
-            f"{self.event_count:,} events over {self.span_ns / 1e6:,.1f} ms "
-            f"(decoded with {self.load_info.decoder} in {self.load_info.seconds:.2f} s)</p>" + table
         )
 
 

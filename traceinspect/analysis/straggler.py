@@ -30,7 +30,6 @@ Analysis` results; reading files and running the per-host work in parallel is
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -149,10 +148,6 @@ class PodAnalysis:
             "hosts": hosts,
             "notes": list(self.notes),
         }
-
-    def _repr_html_(self) -> str:
-        table = self.hosts.to_html(float_format=lambda v: f"{v:,.2f}")
-        return f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>" + table
 
 
 # Pod table columns whose analyze --json key keeps its historical spelling: "input wait"

@@ -279,10 +279,6 @@ class SweepResult:
             logdir=str(data.get("logdir", "")),
         )
 
-    def _repr_html_(self) -> str:
-        html: str = self.rows().drop(columns=[RUN_DIR]).to_html(index=False, na_rep="")
-        return f"<p>chosen: <b>{self.chosen}</b> workers</p>{html}"
-
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
