@@ -102,7 +102,10 @@ CATEGORY: Final = "category"  # input | sync | compile | host
 # time fetching batches is "input work" (INPUT_WORK_NS; the sweep's input_wait_ms).
 # PodAnalysis.steps: one row per (step, host) for the step numbers every host traced, with
 # HOST, STEP, WALL_NS, BUSY_NS, COLLECTIVE_NS, IDLE_NS and idle_cause_ns(cause) per cause.
-# PodAnalysis.hosts: one row per host (index HOST); also the JSON's "hosts_table".
+# .hosts and .per_step are also analyze --json's "hosts_table" and "steps", keyed by these
+# names but for the two input idle columns, whose keys keep their historical spelling
+# (input_wait_ms_per_step, starved_input_wait_ms: PodAnalysis.to_dict).
+# PodAnalysis.hosts: one row per host (index HOST).
 FILE_MB: Final = "file_mb"  # size of the host's trace file
 VERDICT: Final = "verdict"  # the host's own verdict, or "error"
 STEP_COUNT: Final = "steps"  # steps in the host's own analysis
@@ -116,7 +119,7 @@ IDLE_FRACTION: Final = "idle_fraction"  # the device's idle share of step time
 GRAIN_WORKERS: Final = "grain_workers"  # the host's recommended grain_worker_count
 ERROR: Final = "error"  # why the host could not be analysed (None otherwise)
 ROLE: Final = "role"  # "straggler", "waits for HOST" or ""
-# PodAnalysis.per_step: one row per aligned step, with STEP and (the JSON's "steps"):
+# PodAnalysis.per_step: one row per aligned step, with STEP and:
 SLOWEST_HOST: Final = "slowest_host"  # the host with the longest step
 SLOWEST_MS: Final = "slowest_ms"  # its step time
 FASTEST_MS: Final = "fastest_ms"  # the shortest step time among the hosts
