@@ -28,8 +28,30 @@ WITH_UNITS = {
     S.STEP_INDEX,
     S.START_MS,
     *(S.idle_cause_ns(c) for c in ("input", "sync", "compile", "host", "unknown")),
+    # pod tables
+    S.FILE_MB,
+    S.MEDIAN_STEP_MS,
+    S.P90_STEP_MS,
+    S.BUSY_MS_PER_STEP,
+    S.COLLECTIVE_MS_PER_STEP,
+    S.INPUT_WORK_MS_PER_STEP,
+    S.INPUT_IDLE_MS_PER_STEP,
+    S.SLOWEST_MS,
+    S.FASTEST_MS,
+    S.STARVED_INPUT_IDLE_MS,
 }
-AS_INDEX = {S.STEP, S.CAUSE, S.EVIDENCE, S.CATEGORY}
+AS_INDEX = {
+    S.STEP,
+    S.CAUSE,
+    S.EVIDENCE,
+    S.CATEGORY,
+    # pod tables
+    S.ROLE,
+    S.SLOWEST_HOST,
+    S.STARVED_HOST,
+    S.IDLE_FRACTION,
+    S.GRAIN_WORKERS,
+}
 
 
 def _bare(path: Path) -> list[str]:
@@ -60,5 +82,13 @@ def test_no_bare_result_column(path: Path) -> None:
 
 def test_a_bare_column_is_caught(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('x = per_step["wall_ns"]\ny = gaps["cause"]\nz = {"cause": 1}\n')
-    assert sorted(_bare(bad)) == ["bad.py:1 'wall_ns'", "bad.py:2 ['cause']"]
+    bad.write_text(
+        'x = per_step["wall_ns"]\ny = gaps["cause"]\nz = {"cause": 1}\n'
+        'h = {"median_step_ms": 1.0}\nr = pod.hosts["role"]\n'
+    )
+    assert sorted(_bare(bad)) == [
+        "bad.py:1 'wall_ns'",
+        "bad.py:2 ['cause']",
+        "bad.py:4 'median_step_ms'",
+        "bad.py:5 ['role']",
+    ]

@@ -15,6 +15,7 @@ from traceinspect.analysis.analyze import Analysis, analyze
 from traceinspect.analysis.compare import compare
 from traceinspect.cli import main
 from traceinspect.report.compare import render_comparison
+from traceinspect.report.notebook import comparison_html
 
 SCENARIOS = Path(__file__).parent.parent / "sample_traces" / "scenarios"
 ms = X.ms
@@ -147,7 +148,7 @@ def test_text_and_html(pair: tuple[Analysis, Analysis]) -> None:
     assert text[9].split() == ["Device", "busy", "80.0%", "96.4%", "+16.4", "pts"]
     assert text[12].split() == ["input", "0.33", "0.00", "-0.33"]
     assert text[13].split() == ["sync", "1.50", "0.00", "-1.50"]
-    html = c._repr_html_()
+    html = comparison_html(c)
     assert html.startswith("<p>Step time fell 17% (10.00 -&gt; 8.30 ms)")
     assert "<td>sync-bound</td><td>device-bound</td>" in html
     assert "<td>&nbsp;&nbsp;sync</td><td>1.50</td><td>0.00</td><td>-1.50</td>" in html

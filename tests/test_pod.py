@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from matplotlib.patches import Rectangle
 
 import traceinspect
+from traceinspect import schema as S
 from traceinspect.analysis.straggler import HostResult, analyze_pod
 from traceinspect.cli import main
 from traceinspect.errors import AnalysisError, UsageError
@@ -90,23 +91,23 @@ def test_one_slow_host_is_named_and_confirmed(tmp_path: Path) -> None:
     # 3 ms, and its all-reduce is the rest of the step: 10 - 6.1 - 3 = 0.9 ms.
     assert s.input_wait_ms_per_step == 6.0 and s.collective_ms_per_step == 0.9
     # The others: 0.2 ms fetch, all-reduce 10 - 0.3 - 3 = 6.7 ms; 5.8 ms longer than h2's,
-    # which is 5.8 / 6 of h2's input wait.
+    # which is 5.8 / 6 of h2's input idle time.
     assert s.others_input_wait_ms_per_step == 0.2 and s.others_collective_ms_per_step == 6.7
     assert s.explained_fraction == pytest.approx(5.8 / 6, abs=1e-4)
     assert pod.verdict == "straggler"
     assert pod.summary.startswith("Host h2 starves the pod: its device waits 6.00 ms/step")
-    assert list(pod.hosts["role"]) == ["waits for h2", "waits for h2", "straggler", "waits for h2"]
+    assert list(pod.hosts[S.ROLE]) == ["waits for h2", "waits for h2", "straggler", "waits for h2"]
     # Per-host verdicts disagree, as they do on a real pod.
-    assert list(pod.hosts["verdict"]) == [
+    assert list(pod.hosts[S.VERDICT]) == [
         "device-bound",
         "device-bound",
         "input-bound",
         "device-bound",
     ]
-    assert list(pod.hosts["collective_ms_per_step"]) == [6.7, 6.7, 0.9, 6.7]
-    assert pod.per_step["starved_host"].tolist() == ["h2"] * 6
-    assert pod.per_step["starved_input_wait_ms"].tolist() == [6.0] * 6
-    assert len(pod.steps) == 24 and sorted(pod.steps["step"].unique()) == list(range(6))
+    assert list(pod.hosts[S.COLLECTIVE_MS_PER_STEP]) == [6.7, 6.7, 0.9, 6.7]
+    assert pod.per_step[S.STARVED_HOST].tolist() == ["h2"] * 6
+    assert pod.per_step[S.STARVED_INPUT_IDLE_MS].tolist() == [6.0] * 6
+    assert len(pod.steps) == 24 and sorted(pod.steps[S.STEP].unique()) == list(range(6))
     kinds = [r.kind for r in pod.recommendations]
     assert kinds[0] == "fix_straggler" and "grain_worker_count" in kinds
     workers = next(r for r in pod.recommendations if r.kind == "grain_worker_count")
@@ -121,8 +122,8 @@ def test_balanced_pod_has_no_straggler(tmp_path: Path) -> None:
     assert pod.straggler is None
     assert pod.verdict == "device-bound"
     assert pod.summary.startswith("All 4 hosts are device-bound")
-    assert pod.per_step["starved_host"].isna().all()
-    assert set(pod.hosts["role"]) == {""}
+    assert pod.per_step[S.STARVED_HOST].isna().all()
+    assert set(pod.hosts[S.ROLE]) == {""}
 
 
 def test_every_host_slow_alike_is_pod_wide_input_bound(tmp_path: Path) -> None:
@@ -143,8 +144,8 @@ def test_without_collectives_the_slowest_starved_host_is_named_unconfirmed(
     assert s.explained_fraction is None and s.input_wait_ms_per_step == 16.0
     assert "cannot be checked" in s.message
     assert pod.verdict == "straggler"
-    assert pod.per_step["slowest_host"].tolist() == ["h1"] * 6
-    assert pod.per_step["slowest_ms"].tolist() == [20.0] * 6
+    assert pod.per_step[S.SLOWEST_HOST].tolist() == ["h1"] * 6
+    assert pod.per_step[S.SLOWEST_MS].tolist() == [20.0] * 6
 
 
 def test_a_starved_host_the_others_do_not_wait_for_is_not_a_straggler(tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_a_starved_host_the_others_do_not_wait_for_is_not_a_straggler(tmp_path: 
 def test_steps_are_aligned_by_number_not_position(tmp_path: Path) -> None:
     hosts = {"h0": host_trace(0.2, n=6), "h1": host_trace(6.0, n=6, first_step=2)}
     pod = analyze_run(write_run(tmp_path, hosts), jobs=1)
-    assert pod.per_step["step"].tolist() == [2, 3, 4, 5]
+    assert pod.per_step[S.STEP].tolist() == [2, 3, 4, 5]
     assert any("4 step number(s) traced by only some hosts" in n for n in pod.notes)
     disjoint = {"h0": host_trace(0.2), "h1": host_trace(6.0, first_step=100)}
     pod = analyze_run(write_run(tmp_path / "d", disjoint), jobs=1)
@@ -175,8 +176,8 @@ def test_a_broken_host_file_is_reported_and_the_rest_analysed(tmp_path: Path) ->
     (run / "h3.xplane.pb").write_bytes(data[: len(data) // 2])
     pod = analyze_run(root, jobs=1)
     assert pod.straggler is not None and pod.straggler.host == "h2"
-    assert pod.hosts.loc["h3", "verdict"] == "error"
-    assert "h3.xplane.pb: not a readable XPlane trace" in str(pod.hosts.loc["h3", "error"])
+    assert pod.hosts.loc["h3", S.VERDICT] == "error"
+    assert "h3.xplane.pb: not a readable XPlane trace" in str(pod.hosts.loc["h3", S.ERROR])
     assert pod.notes[0].startswith("1 of 4 host(s) could not be analysed")
     for name in ("h0", "h1", "h2"):
         (run / f"{name}.xplane.pb").write_bytes(b"garbage")
@@ -275,6 +276,10 @@ def test_cli_pod_text_json_host_and_errors(tmp_path: Path) -> None:
     assert data["host_count"] == 4 and len(data["steps"]) == 6
     assert data["hosts"][2]["analysis"]["verdict"] == "input-bound"
     assert data["hosts_table"][2]["collective_ms_per_step"] == 0.9
+    # The input idle columns keep their historical JSON keys.
+    assert data["hosts_table"][2]["input_wait_ms_per_step"] == 6.0
+    assert data["steps"][0]["starved_input_wait_ms"] == 6.0
+    assert "input_idle_ms_per_step" not in data["hosts_table"][2]
     one = runner.invoke(main, ["analyze", str(root), "--host", "h2"])
     assert one.exit_code == 0 and one.output.startswith("Verdict   input-bound")
     two = runner.invoke(main, ["analyze", str(root), "--host", "h2", "--host", "h0", "-j", "1"])
@@ -391,8 +396,8 @@ def test_real_cpu_pod_names_the_slowed_host() -> None:
     assert s.others_collective_ms_per_step - s.collective_ms_per_step > 0.5 * (
         s.input_wait_ms_per_step
     )
-    assert pod.hosts.loc["host2", "verdict"] == "input-bound"
-    assert (pod.hosts.drop(index="host2")["role"] == "waits for host2").all()
+    assert pod.hosts.loc["host2", S.VERDICT] == "input-bound"
+    assert (pod.hosts.drop(index="host2")[S.ROLE] == "waits for host2").all()
     # Each host's sidecar (capture --run-name) is its own.
     assert all(r.analysis is not None for r in pod.results)
 

@@ -11,6 +11,7 @@ import xspace as X
 import traceinspect
 from traceinspect import schema as S
 from traceinspect.errors import UsageError
+from traceinspect.report.notebook import trace_html
 from traceinspect.trace import Trace
 
 
@@ -102,5 +103,5 @@ def test_stats_of_and_typed_values(trace: Trace) -> None:
 
 def test_repr_and_html(trace: Trace) -> None:
     assert "5 events" in repr(trace)
-    html = trace._repr_html_()
+    html = trace_html(trace)
     assert "<table" in html and "/device:TPU:0" in html

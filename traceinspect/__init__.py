@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from traceinspect._version import __version__
@@ -64,6 +66,51 @@ _LAZY = {
     "load": ("traceinspect.trace", "load"),
     "typed_values": ("traceinspect.trace", "typed_values"),
 }
+
+
+# How notebooks show results: (module, class) -> the traceinspect.report.notebook function
+# that gives its HTML. The classes never import the report layer; IPython finds them here.
+_HTML_OF_TYPE = (
+    ("traceinspect.trace", "Trace", "trace_html"),
+    ("traceinspect.analysis.result", "Analysis", "analysis_html"),
+    ("traceinspect.analysis.compare", "Comparison", "comparison_html"),
+    ("traceinspect.analysis.straggler", "PodAnalysis", "pod_html"),
+    ("traceinspect.sweep._summary", "SweepResult", "sweep_html"),
+)
+
+
+def _html_of(function: str) -> Callable[[Any], str]:
+    def html(obj: Any) -> str:
+        from traceinspect.report import notebook
+
+        result: str = getattr(notebook, function)(obj)
+        return result
+
+    html.__name__ = html.__qualname__ = function
+    return html
+
+
+def _register_notebook_display() -> None:
+    """Register the report layer's HTML with a running IPython shell (a notebook kernel).
+
+    By class name, so nothing (pandas included) is imported until an object is shown. Only
+    where IPython is imported already and a shell runs; IPython is never imported here, and
+    a failure leaves the objects with their plain repr rather than breaking the import."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return
+    try:
+        shell = ipython.get_ipython()
+        if shell is None:
+            return
+        formatter = shell.display_formatter.formatters["text/html"]
+        for module, cls, function in _HTML_OF_TYPE:
+            formatter.for_type_by_name(module, cls, _html_of(function))
+    except Exception:
+        return
+
+
+_register_notebook_display()
 
 
 def __getattr__(name: str) -> Any:

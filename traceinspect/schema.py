@@ -96,6 +96,36 @@ START_MS: Final = "start_ms"  # ms from the trace's first event (as printed)
 # HostActivity.events: the training thread's events, with:
 CATEGORY: Final = "category"  # input | sync | compile | host
 
+# --- pod tables ---------------------------------------------------------------------------
+# The frames of a multi-host analysis (analysis/straggler.py, PodAnalysis). "Input idle" is
+# the device's idle time caused by input (idle_cause_ns("input")); the training thread's
+# time fetching batches is "input work" (INPUT_WORK_NS; the sweep's input_wait_ms).
+# PodAnalysis.steps: one row per (step, host) for the step numbers every host traced, with
+# HOST, STEP, WALL_NS, BUSY_NS, COLLECTIVE_NS, IDLE_NS and idle_cause_ns(cause) per cause.
+# .hosts and .per_step are also analyze --json's "hosts_table" and "steps", keyed by these
+# names but for the two input idle columns, whose keys keep their historical spelling
+# (input_wait_ms_per_step, starved_input_wait_ms: PodAnalysis.to_dict).
+# PodAnalysis.hosts: one row per host (index HOST).
+FILE_MB: Final = "file_mb"  # size of the host's trace file
+VERDICT: Final = "verdict"  # the host's own verdict, or "error"
+STEP_COUNT: Final = "steps"  # steps in the host's own analysis
+MEDIAN_STEP_MS: Final = "median_step_ms"  # the host's own step times (its analysis)
+P90_STEP_MS: Final = "p90_step_ms"
+BUSY_MS_PER_STEP: Final = "busy_ms_per_step"  # device busy per step (median)
+COLLECTIVE_MS_PER_STEP: Final = "collective_ms_per_step"  # of it, inside collectives
+INPUT_WORK_MS_PER_STEP: Final = "input_work_ms_per_step"  # training thread on input
+INPUT_IDLE_MS_PER_STEP: Final = "input_idle_ms_per_step"  # input idle, aligned steps' median
+IDLE_FRACTION: Final = "idle_fraction"  # the device's idle share of step time
+GRAIN_WORKERS: Final = "grain_workers"  # the host's recommended grain_worker_count
+ERROR: Final = "error"  # why the host could not be analysed (None otherwise)
+ROLE: Final = "role"  # "straggler", "waits for HOST" or ""
+# PodAnalysis.per_step: one row per aligned step, with STEP and:
+SLOWEST_HOST: Final = "slowest_host"  # the host with the longest step
+SLOWEST_MS: Final = "slowest_ms"  # its step time
+FASTEST_MS: Final = "fastest_ms"  # the shortest step time among the hosts
+STARVED_HOST: Final = "starved_host"  # the longest input idle when it matters, or None
+STARVED_INPUT_IDLE_MS: Final = "starved_input_idle_ms"  # that host's input idle time
+
 PLANES_COLUMNS: Final = (HOST, PLANE, XPLANE_ID, LINE_COUNT, EVENT_COUNT)
 LINES_COLUMNS: Final = (
     HOST,

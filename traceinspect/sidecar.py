@@ -316,25 +316,27 @@ class Sidecar:
 def parse(data: Mapping[str, Any]) -> Sidecar | None:
     """Read a sidecar's JSON object; None when it is of a newer schema than this reader."""
     raw = cast(SidecarJSON, data)
-    version = _int(raw.get("schema_version"))
+    version = _read_int(raw.get("schema_version"))
     if version is None:
         version = 1
     if version > SCHEMA_VERSION:
         return None
-    profiler = _mapping(raw.get("profiler"))
+    profiler = _read_mapping(raw.get("profiler"))
     source = raw.get("step_source")
     return Sidecar(
         schema_version=version,
         step_source=source if source in STEP_SOURCES else None,
-        step_source_detail=_str(raw.get("step_source_detail")),
+        step_source_detail=_read_str(raw.get("step_source_detail")),
         window=_window(raw.get("window")),
-        steps=tuple(s for s in map(_step, _list(raw.get("steps"))) if s is not None),
+        steps=tuple(s for s in map(_step, _read_list(raw.get("steps"))) if s is not None),
         grain=_grain(raw.get("grain")),
         host=_host(raw.get("host")),
         shared_run=raw.get("shared_run") is True,
         partial=raw.get("partial") is True,
-        partial_reasons=tuple(r for r in _list(raw.get("partial_reasons")) if isinstance(r, str)),
-        device_tracer_level_applied=_bool(profiler.get("device_tracer_level_applied")),
+        partial_reasons=tuple(
+            r for r in _read_list(raw.get("partial_reasons")) if isinstance(r, str)
+        ),
+        device_tracer_level_applied=_read_bool(profiler.get("device_tracer_level_applied")),
         data=raw,
     )
 
@@ -346,14 +348,14 @@ def _window(value: object) -> Window | None:
     rule = w.get("rule")
     return Window(
         rule=rule if rule in WINDOW_RULES else None,
-        reason=_str(w.get("reason")),
-        first_step=_int(w.get("first_step")),
-        last_step=_int(w.get("last_step")),
+        reason=_read_str(w.get("reason")),
+        first_step=_read_int(w.get("first_step")),
+        last_step=_read_int(w.get("last_step")),
         complete=w.get("complete") is True,
-        requested_steps=_int(w.get("requested_steps")),
-        skip_steps=_int(w.get("skip_steps")),
-        trace_start_unix_ns=_int(w.get("trace_start_unix_ns")),
-        trace_stop_unix_ns=_int(w.get("trace_stop_unix_ns")),
+        requested_steps=_read_int(w.get("requested_steps")),
+        skip_steps=_read_int(w.get("skip_steps")),
+        trace_start_unix_ns=_read_int(w.get("trace_start_unix_ns")),
+        trace_stop_unix_ns=_read_int(w.get("trace_stop_unix_ns")),
     )
 
 
@@ -361,14 +363,14 @@ def _step(value: object) -> HostStep | None:
     if not isinstance(value, Mapping):
         return None
     s = cast(StepJSON, value)
-    index = _int(s.get("index"))
+    index = _read_int(s.get("index"))
     if index is None:
         return None
     return HostStep(
         index=index,
-        step_num=_int(s.get("step_num")),
-        start_unix_ns=_int(s.get("start_unix_ns")),
-        wall_ms=_float(s.get("wall_ms")),
+        step_num=_read_int(s.get("step_num")),
+        start_unix_ns=_read_int(s.get("start_unix_ns")),
+        wall_ms=_read_float(s.get("wall_ms")),
         traced=s.get("traced") is True,
     )
 
@@ -378,13 +380,13 @@ def _grain(value: object) -> GrainSettings | None:
         return None
     g = cast(GrainJSON, value)
     return GrainSettings(
-        worker_count=_int(g.get("worker_count")),
-        per_worker_buffer_size=_int(g.get("per_worker_buffer_size")),
-        read_threads=_int(g.get("read_threads")),
-        read_prefetch_buffer_size=_int(g.get("read_prefetch_buffer_size")),
-        batch_size=_int(g.get("batch_size")),
-        bytes_per_batch=_int(g.get("bytes_per_batch")),
-        workers_override=_int(g.get("workers_override")),
+        worker_count=_read_int(g.get("worker_count")),
+        per_worker_buffer_size=_read_int(g.get("per_worker_buffer_size")),
+        read_threads=_read_int(g.get("read_threads")),
+        read_prefetch_buffer_size=_read_int(g.get("read_prefetch_buffer_size")),
+        batch_size=_read_int(g.get("batch_size")),
+        bytes_per_batch=_read_int(g.get("bytes_per_batch")),
+        workers_override=_read_int(g.get("workers_override")),
         measured=_measured(g.get("workers_measured")),
     )
 
@@ -393,12 +395,12 @@ def _measured(value: object) -> WorkersMeasured | None:
     if not isinstance(value, Mapping) or not value:
         return None
     m = cast(WorkersMeasuredJSON, value)
-    workers = tuple(w for w in map(_worker, _list(m.get("workers"))) if w is not None)
+    workers = tuple(w for w in map(_worker, _read_list(m.get("workers"))) if w is not None)
     return WorkersMeasured(
-        window_s=_float(m.get("window_s")),
-        batches=_int(m.get("batches")) or 0,
-        elements=_int(m.get("elements")) or 0,
-        main_process_cpu_s=_float(m.get("main_process_cpu_s")),
+        window_s=_read_float(m.get("window_s")),
+        batches=_read_int(m.get("batches")) or 0,
+        elements=_read_int(m.get("elements")) or 0,
+        main_process_cpu_s=_read_float(m.get("main_process_cpu_s")),
         workers=workers,
     )
 
@@ -408,24 +410,24 @@ def _worker(value: object) -> WorkerCounters | None:
         return None
     w = cast(WorkerJSON, value)
     numbers = (
-        _float(w.get("wall_s")),
-        _int(w.get("elements")),
-        _float(w.get("produce_s")),
-        _float(w.get("blocked_s")),
-        _float(w.get("cpu_s")),
+        _read_float(w.get("wall_s")),
+        _read_int(w.get("elements")),
+        _read_float(w.get("produce_s")),
+        _read_float(w.get("blocked_s")),
+        _read_float(w.get("cpu_s")),
     )
     wall_s, elements, produce_s, blocked_s, cpu_s = numbers
     if wall_s is None or elements is None or produce_s is None or cpu_s is None:
         return None
     return WorkerCounters(
-        index=_int(w.get("index")),
-        pid=_int(w.get("pid")),
+        index=_read_int(w.get("index")),
+        pid=_read_int(w.get("pid")),
         wall_s=wall_s,
         elements=elements,
         produce_s=produce_s,
         blocked_s=blocked_s or 0.0,
         cpu_s=cpu_s,
-        rss_bytes=_int(w.get("rss_bytes")),
+        rss_bytes=_read_int(w.get("rss_bytes")),
         timed_elements=w.get("timed_elements") is True,
     )
 
@@ -435,37 +437,37 @@ def _host(value: object) -> HostFacts | None:
         return None
     h = cast(HostJSON, value)
     return HostFacts(
-        hostname=_str(h.get("hostname")),
-        cpu_count=_int(h.get("cpu_count")),
-        cpus_available=_int(h.get("cpus_available")),
-        memory_total_bytes=_int(h.get("memory_total_bytes")),
-        memory_available_bytes=_int(h.get("memory_available_bytes")),
+        hostname=_read_str(h.get("hostname")),
+        cpu_count=_read_int(h.get("cpu_count")),
+        cpus_available=_read_int(h.get("cpus_available")),
+        memory_total_bytes=_read_int(h.get("memory_total_bytes")),
+        memory_available_bytes=_read_int(h.get("memory_available_bytes")),
     )
 
 
-def _int(value: object) -> int | None:
+def _read_int(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return int(value)
 
 
-def _float(value: object) -> float | None:
+def _read_float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
-def _str(value: object) -> str | None:
+def _read_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _bool(value: object) -> bool | None:
+def _read_bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _list(value: object) -> Sequence[object]:
+def _read_list(value: object) -> Sequence[object]:
     return value if isinstance(value, list) else ()
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+def _read_mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}

@@ -235,21 +235,12 @@ class Trace:
         merged = pairs.merge(ms, on=S.METADATA_ROW)
         return merged.drop(columns=[S.METADATA_ROW])
 
-    # --- display --------------------------------------------------------------------------
+    # --- display (notebooks: traceinspect.report.notebook.trace_html) ----------------------
     def __repr__(self) -> str:
         return (
             f"<Trace {self.run_name!r}: {len(self.hosts)} host(s), {len(self.planes)} planes, "
             f"{len(self.lines)} lines, {self.event_count:,} events, "
             f"{self.span_ns / 1e6:,.1f} ms>"
-        )
-
-    def _repr_html_(self) -> str:
-        summary = self.lines.groupby([S.HOST, S.PLANE], observed=True)[S.EVENT_COUNT].sum()
-        table = summary.to_frame("events").to_html()
-        return (
-            f"<p><b>Trace</b> <code>{self.run_name}</code>: {len(self.hosts)} host(s), "
-            f"{self.event_count:,} events over {self.span_ns / 1e6:,.1f} ms "
-            f"(decoded with {self.load_info.decoder} in {self.load_info.seconds:.2f} s)</p>" + table
         )
 
 
@@ -362,10 +353,10 @@ def load(
     info = LoadInfo(
         decoder=chosen, seconds=time.perf_counter() - t0, bytes_read=total, cached_files=cached
     )
-    return Trace(frames=frames, located=located, load_info=info, sidecar=_sidecar(located))
+    return Trace(frames=frames, located=located, load_info=info, sidecar=_read_sidecar(located))
 
 
-def _sidecar(located: Located) -> Sidecar | None:
+def _read_sidecar(located: Located) -> Sidecar | None:
     """The capture sidecar of the run, if any; an unreadable one is ignored (it only adds
     facts the trace lacks, such as per-step host times and Grain settings), and so is one of a
     newer schema than this traceinspect reads.

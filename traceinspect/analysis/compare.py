@@ -7,7 +7,6 @@ two captures of different lengths compare directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 from traceinspect.analysis.result import Analysis
@@ -103,57 +102,8 @@ class Comparison:
             "notes": list(self.notes),
         }
 
-    def _repr_html_(self) -> str:
-        b, a = self.before, self.after
-        rows: list[tuple[str, str, str, str]] = [
-            ("verdict", b.verdict, a.verdict, ""),
-            (
-                "median step (ms)",
-                f"{b.median_ms:,.2f}",
-                f"{a.median_ms:,.2f}",
-                f"{self.median_change_ms:+,.2f} ({self.median_change_pct:+.1f}%)",
-            ),
-            (
-                "p90 step (ms)",
-                f"{b.p90_ms:,.2f}",
-                f"{a.p90_ms:,.2f}",
-                f"{self.p90_change_ms:+,.2f} ({self.p90_change_pct:+.1f}%)",
-            ),
-            (
-                "device busy",
-                f"{b.busy_fraction:.1%}",
-                f"{a.busy_fraction:.1%}",
-                f"{self.busy_fraction_change * 100:+.1f} pts",
-            ),
-            (
-                "idle ms/step",
-                f"{b.idle_ms_per_step:,.2f}",
-                f"{a.idle_ms_per_step:,.2f}",
-                f"{self.idle_change_ms_per_step:+,.2f}",
-            ),
-        ]
-        rows += [
-            (
-                f"&nbsp;&nbsp;{c}",
-                f"{b.idle_by_cause_ms_per_step[c]:,.2f}",
-                f"{a.idle_by_cause_ms_per_step[c]:,.2f}",
-                f"{self.idle_by_cause_change_ms_per_step[c]:+,.2f}",
-            )
-            for c in CAUSES
-        ]
-        body = "".join(
-            f"<tr><td>{name}</td><td>{escape(x)}</td><td>{escape(y)}</td><td>{escape(d)}</td></tr>"
-            for name, x, y, d in rows
-        )
-        notes = "".join(f"<li>{escape(n)}</li>" for n in self.notes)
-        return (
-            f"<p>{escape(self.finding)}</p>"
-            "<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>"
-            f"{body}</table>" + (f"<ul>{notes}</ul>" if notes else "")
-        )
 
-
-def _pct(before: float, after: float) -> float:
+def _pct_change(before: float, after: float) -> float:
     return round((after - before) / before * 100, 2) if before else 0.0
 
 
@@ -178,9 +128,9 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
         before=b,
         after=a,
         median_change_ms=round(a.median_ms - b.median_ms, 4),
-        median_change_pct=_pct(b.median_ms, a.median_ms),
+        median_change_pct=_pct_change(b.median_ms, a.median_ms),
         p90_change_ms=round(a.p90_ms - b.p90_ms, 4),
-        p90_change_pct=_pct(b.p90_ms, a.p90_ms),
+        p90_change_pct=_pct_change(b.p90_ms, a.p90_ms),
         busy_fraction_change=round(a.busy_fraction - b.busy_fraction, 4),
         device_busy_change_ms_per_step=round(
             a.device_busy_ms_per_step - b.device_busy_ms_per_step, 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -169,7 +168,7 @@ class Analysis:
             "summary": self.summary,
             "input_ms_per_step": self.input_ms_per_step,
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
-            "collective_ms_per_step": self.collective_ms_per_step,
+            S.COLLECTIVE_MS_PER_STEP: self.collective_ms_per_step,
             "sync_sites": list(self.sync_sites),
             "recommendations": [r.to_dict() for r in self.recommendations],
             "per_step": [
@@ -196,16 +195,3 @@ class Analysis:
             "notes": list(self.notes),
             "window": self.window,
         }
-
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{c}</td><td>{self.idle_by_cause_ms[c]:,.1f}</td>"
-            f"<td>{self.cause_fractions[c]:.1%}</td></tr>"
-            for c in CAUSES
-        )
-        recs = "".join(f"<li>{html.escape(r.message or r.kind)}</li>" for r in self.recommendations)
-        return (
-            f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>"
-            f"<table><tr><th>cause</th><th>idle ms</th><th>of step time</th></tr>{rows}</table>"
-            f"<ul>{recs}</ul>"
-        )

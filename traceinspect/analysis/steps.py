@@ -221,7 +221,7 @@ def nested(events: pd.DataFrame) -> np.ndarray:
     return inside
 
 
-def _sidecar(trace: Trace, lo: int, hi: int) -> Steps | None:
+def _sidecar_steps(trace: Trace, lo: int, hi: int) -> Steps | None:
     base = trace.metadata.get("profile_start_time")
     if trace.sidecar is None or not isinstance(base, int):
         return None
@@ -244,7 +244,7 @@ def _sidecar(trace: Trace, lo: int, hi: int) -> Steps | None:
 def find_steps(trace: Trace) -> Steps:
     """The steps of a trace from the best available source (may hold zero steps)."""
     lo, hi = trace.start_ns, trace.end_ns
-    for finder in (_annotated, _device_steps_line, _group_ids, _repeated_program, _sidecar):
+    for finder in (_annotated, _device_steps_line, _group_ids, _repeated_program, _sidecar_steps):
         steps = finder(trace, lo, hi)
         if steps is not None and len(steps) >= 1:
             return steps

@@ -8,16 +8,17 @@ inside the collective, waiting for the late host. So the per-host verdicts disag
 what happened.
 
 The rule, over the steps every host traced (aligned by step number; host clocks are not
-compared):
+compared). A host's *input idle* time is its device's idle time caused by input
+(``idle_input_ns``), not the training thread's time fetching a batch (``input_work_ns``):
 
-- Per step, the host whose device waited longest for input is the *starved* host of that
-  step (when that wait matters: >= 5% of the step), and the host with the longest step is
-  the *slowest* one.
-- A host is the straggler when it is the starved host in most steps, its input wait per
-  step (median) matters, and it waits at least twice as long as any other host does.
-- Its wait *explains* the others' collective waits when each other host spends longer
-  in collectives than the straggler does, by at least half of the straggler's input wait
-  (median over hosts): the devices that were not fed by it wait for it in the
+- Per step, the host with the longest input idle time is the *starved* host of that step
+  (when that time matters: >= 5% of the step), and the host with the longest step is the
+  *slowest* one.
+- A host is the straggler when it is the starved host in most steps, its input idle time
+  per step (median) matters, and it is at least twice any other host's.
+- Its input idle time *explains* the others' collective waits when each other host spends
+  longer in collectives than the straggler does, by at least half of the straggler's input
+  idle time (median over hosts): the devices that were not fed by it wait for it in the
   all-reduce. Then the straggler is ``confirmed``. Without collectives in the traces (runs
   captured separately, or no cross-host communication), a starved host that is also the
   slowest is still named, unconfirmed.
@@ -29,7 +30,6 @@ Analysis` results; reading files and running the per-host work in parallel is
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,9 +41,9 @@ from traceinspect import schema as S
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Recommendation
 from traceinspect.vocabulary import CAUSES, MATTERS
 
-# The straggler must wait at least this many times longer for input than any other host.
+# The straggler's input idle time must be at least this many times any other host's.
 DISTINCT = 2.0
-# The others' extra collective time must cover at least this share of its input wait.
+# The others' extra collective time must cover at least this share of its input idle time.
 EXPLAINS = 0.5
 # ... and it must be the starved host in more than this share of the aligned steps.
 MAJORITY = 0.5
@@ -71,16 +71,21 @@ class HostResult:
 
 @dataclass(frozen=True)
 class Straggler:
-    """The host that starves the pod, and how sure the evidence makes us."""
+    """The host that starves the pod, and how sure the evidence makes us.
+
+    ``input_wait_ms_per_step`` and ``others_input_wait_ms_per_step`` are input *idle* times
+    (the device idle for input, the pod tables' ``input_idle_ms_per_step``); the fields keep
+    their historical names because ``to_dict()`` gives them as ``analyze --json`` keys.
+    """
 
     host: str
-    starved_steps: int  # aligned steps in which this host waited longest for input
+    starved_steps: int  # aligned steps in which this host's input idle time was the longest
     aligned_steps: int
-    input_wait_ms_per_step: float  # median, this host
-    others_input_wait_ms_per_step: float  # the largest median among the other hosts
+    input_wait_ms_per_step: float  # input idle time, median, this host
+    others_input_wait_ms_per_step: float  # the largest input idle median among the others
     collective_ms_per_step: float  # median, this host
     others_collective_ms_per_step: float  # median over the other hosts
-    explained_fraction: float | None  # others' extra collective time / its input wait
+    explained_fraction: float | None  # others' extra collective time / its input idle time
     confirmed: bool
     message: str
 
@@ -96,7 +101,7 @@ class PodAnalysis:
     path: str
     run: str
     results: tuple[HostResult, ...]
-    #: One row per host (index ``host``): verdict, step times, input and collective waits.
+    #: One row per host (index ``host``): verdict, step times, input idle, collective time.
     hosts: pd.DataFrame = field(repr=False)
     #: One row per (step, host) for the steps all analysed hosts traced (ns columns).
     steps: pd.DataFrame = field(repr=False)
@@ -114,16 +119,19 @@ class PodAnalysis:
         return {r.host: r.analysis for r in self.results if r.analysis is not None}
 
     def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
+        def keyed(row: pd.Series | dict[Any, Any]) -> dict[str, Any]:
+            return {_JSON_KEY.get(str(k), str(k)): _jsonable(v) for k, v in row.items()}
+
         hosts = []
         for r in self.results:
-            entry: dict[str, Any] = {"host": r.host, "location": r.location}
+            entry: dict[str, Any] = {S.HOST: r.host, "location": r.location}
             entry["file_bytes"] = r.file_bytes
             entry["seconds"] = round(r.seconds, 3)
             if r.analysis is None:
-                entry["error"] = r.error
+                entry[S.ERROR] = r.error
             else:
                 row = self.hosts.loc[r.host]
-                entry["role"] = str(row["role"])
+                entry[S.ROLE] = str(row[S.ROLE])
                 entry["analysis"] = r.analysis.to_dict(max_gaps=max_gaps)
             hosts.append(entry)
         return {
@@ -135,21 +143,21 @@ class PodAnalysis:
             "summary": self.summary,
             "straggler": None if self.straggler is None else self.straggler.to_dict(),
             "recommendations": [r.to_dict() for r in self.recommendations],
-            "hosts_table": [
-                {"host": str(h), **{k: _jsonable(v) for k, v in row.items()}}
-                for h, row in self.hosts.iterrows()
-            ],
-            "steps": [
-                {k: _jsonable(v) for k, v in r.items()}
-                for r in self.per_step.to_dict(orient="records")
-            ],
+            "hosts_table": [{S.HOST: str(h), **keyed(row)} for h, row in self.hosts.iterrows()],
+            "steps": [keyed(r) for r in self.per_step.to_dict(orient="records")],
             "hosts": hosts,
             "notes": list(self.notes),
         }
 
-    def _repr_html_(self) -> str:
-        table = self.hosts.to_html(float_format=lambda v: f"{v:,.2f}")
-        return f"<p><b>{html.escape(self.verdict)}</b>: {html.escape(self.summary)}</p>" + table
+
+# Pod table columns whose analyze --json key keeps its historical spelling: "input wait"
+# there is the device's input idle time (the column's name), not the training thread's
+# wait for a batch (the sweep's input_wait_ms). Readers of the JSON rely on these keys.
+_JSON_KEY = {
+    S.INPUT_IDLE_MS_PER_STEP: "input_wait_ms_per_step",
+    S.STARVED_INPUT_IDLE_MS: "starved_input_wait_ms",
+}
+_INPUT_IDLE_NS = S.idle_cause_ns("input")
 
 
 def _jsonable(value: Any) -> Any:
@@ -175,15 +183,10 @@ def _long_steps(analyses: dict[str, Analysis]) -> pd.DataFrame:
         cols = {
             S.STEP: ps[S.STEP].to_numpy(),
             **{c: ps[c].to_numpy() for c in _STEP_COLUMNS},
-            "input_wait_ns": ps[S.idle_cause_ns("input")].to_numpy(),
-            **{
-                S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy()
-                for c in CAUSES
-                if c != "input"
-            },
+            **{S.idle_cause_ns(c): ps[S.idle_cause_ns(c)].to_numpy() for c in CAUSES},
         }
         frame = pd.DataFrame(cols)
-        frame.insert(0, "host", host)
+        frame.insert(0, S.HOST, host)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
@@ -193,72 +196,72 @@ def align_steps(analyses: dict[str, Analysis]) -> tuple[pd.DataFrame, int]:
     numbers were left out because some host did not trace them."""
     long = _long_steps(analyses)
     # A step number a host traced twice (restarted numbering) keeps its first occurrence.
-    long = long.drop_duplicates(subset=["host", "step"], keep="first")
-    counts = long.groupby("step")["host"].nunique()
+    long = long.drop_duplicates(subset=[S.HOST, S.STEP], keep="first")
+    counts = long.groupby(S.STEP)[S.HOST].nunique()
     common = counts.index[counts == len(analyses)]
     left_out = int((counts < len(analyses)).sum())
-    aligned = long[long[S.STEP].isin(common)].sort_values(["step", "host"], kind="stable")
+    aligned = long[long[S.STEP].isin(common)].sort_values([S.STEP, S.HOST], kind="stable")
     return aligned.reset_index(drop=True), left_out
 
 
 def per_step_table(aligned: pd.DataFrame) -> pd.DataFrame:
     """Per aligned step: the slowest host, the fastest step time, and the starved host
-    (longest input wait, when it is at least 5% of the slowest step)."""
+    (longest input idle time, when it is at least 5% of the slowest step)."""
     if aligned.empty:
         return pd.DataFrame(
             columns=[
-                "step",
-                "slowest_host",
-                "slowest_ms",
-                "fastest_ms",
-                "starved_host",
-                "starved_input_wait_ms",
+                S.STEP,
+                S.SLOWEST_HOST,
+                S.SLOWEST_MS,
+                S.FASTEST_MS,
+                S.STARVED_HOST,
+                S.STARVED_INPUT_IDLE_MS,
             ]
         )
-    g = aligned.groupby("step", sort=True)
+    g = aligned.groupby(S.STEP, sort=True)
     slow_idx = g[S.WALL_NS].idxmax()
-    starved_idx = g["input_wait_ns"].idxmax()
+    starved_idx = g[_INPUT_IDLE_NS].idxmax()
     slowest_ns = aligned.loc[slow_idx, S.WALL_NS].to_numpy()
-    starved_wait = aligned.loc[starved_idx, "input_wait_ns"].to_numpy()
-    starved_host = aligned.loc[starved_idx, "host"].to_numpy().astype(object)
-    starved_host[starved_wait < MATTERS * slowest_ns] = None
+    starved_idle = aligned.loc[starved_idx, _INPUT_IDLE_NS].to_numpy()
+    starved_host = aligned.loc[starved_idx, S.HOST].to_numpy().astype(object)
+    starved_host[starved_idle < MATTERS * slowest_ns] = None
     return pd.DataFrame(
         {
             S.STEP: g[S.WALL_NS].max().index.to_numpy(),
-            "slowest_host": aligned.loc[slow_idx, "host"].to_numpy(),
-            "slowest_ms": slowest_ns / 1e6,
-            "fastest_ms": g[S.WALL_NS].min().to_numpy() / 1e6,
-            "starved_host": starved_host,
-            "starved_input_wait_ms": starved_wait / 1e6,
+            S.SLOWEST_HOST: aligned.loc[slow_idx, S.HOST].to_numpy(),
+            S.SLOWEST_MS: slowest_ns / 1e6,
+            S.FASTEST_MS: g[S.WALL_NS].min().to_numpy() / 1e6,
+            S.STARVED_HOST: starved_host,
+            S.STARVED_INPUT_IDLE_MS: starved_idle / 1e6,
         }
     )
 
 
 def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler | None:
     """The host that starves the others (see the module docstring), or None."""
-    hosts = sorted(aligned["host"].unique()) if len(aligned) else []
+    hosts = sorted(aligned[S.HOST].unique()) if len(aligned) else []
     if len(hosts) < 2 or per_step.empty:
         return None
-    starved = Counter(str(h) for h in per_step["starved_host"] if pd.notna(h))
+    starved = Counter(str(h) for h in per_step[S.STARVED_HOST] if pd.notna(h))
     if not starved:
         return None
     host, count = starved.most_common(1)[0]
     n_steps = len(per_step)
-    by_host = aligned.groupby("host")
-    wait = by_host["input_wait_ns"].median()
+    by_host = aligned.groupby(S.HOST)
+    input_idle = by_host[_INPUT_IDLE_NS].median()
     wall = by_host[S.WALL_NS].median()
     coll = by_host[S.COLLECTIVE_NS].median()
     others = [h for h in hosts if h != host]
-    own_wait = float(wait[host])
-    others_wait = float(wait[others].max())
-    if count <= MAJORITY * n_steps or own_wait < MATTERS * float(wall[host]):
+    own_idle = float(input_idle[host])
+    others_idle = float(input_idle[others].max())
+    if count <= MAJORITY * n_steps or own_idle < MATTERS * float(wall[host]):
         return None
-    if own_wait < DISTINCT * others_wait:
+    if own_idle < DISTINCT * others_idle:
         return None  # several hosts starve alike: the pod is input-bound, not one host
     own_coll = float(coll[host])
     others_coll = _median(coll[others].to_numpy())
     has_collectives = float(coll.max()) > 0
-    explained = (others_coll - own_coll) / own_wait if has_collectives else None
+    explained = (others_coll - own_coll) / own_idle if has_collectives else None
     confirmed = explained is not None and explained >= EXPLAINS
     slowest = wall.idxmax() == host and float(wall[host]) > (1 + MATTERS) * _median(
         wall[others].to_numpy()
@@ -271,22 +274,22 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
     n_others = len(others)
     if confirmed:
         message = (
-            f"Host {host} starves the pod: its device waits {own_wait / ms:.2f} ms/step for "
-            f"input (the other {n_others} host(s) at most {others_wait / ms:.2f}), and the "
+            f"Host {host} starves the pod: its device waits {own_idle / ms:.2f} ms/step for "
+            f"input (the other {n_others} host(s) at most {others_idle / ms:.2f}), and the "
             f"other hosts spend {(others_coll - own_coll) / ms:.2f} ms/step longer in "
             "collectives than it does: they wait there for it."
         )
     elif explained is None:
         message = (
             f"Host {host} is the slowest and starved of input: its device waits "
-            f"{own_wait / ms:.2f} ms/step for input (the others at most "
-            f"{others_wait / ms:.2f}). The traces hold no collectives, so whether the "
+            f"{own_idle / ms:.2f} ms/step for input (the others at most "
+            f"{others_idle / ms:.2f}). The traces hold no collectives, so whether the "
             "other hosts wait for it cannot be checked (were the runs captured separately?)."
         )
     else:
         message = (
-            f"Host {host} is the slowest and starved of input ({own_wait / ms:.2f} ms/step "
-            f"against at most {others_wait / ms:.2f} on the others), but the other hosts' "
+            f"Host {host} is the slowest and starved of input ({own_idle / ms:.2f} ms/step "
+            f"against at most {others_idle / ms:.2f} on the others), but the other hosts' "
             f"collectives are only {(others_coll - own_coll) / ms:.2f} ms/step longer than "
             "its own, so its wait does not explain theirs."
         )
@@ -294,8 +297,8 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
         host=str(host),
         starved_steps=int(count),
         aligned_steps=n_steps,
-        input_wait_ms_per_step=round(own_wait / ms, 4),
-        others_input_wait_ms_per_step=round(others_wait / ms, 4),
+        input_wait_ms_per_step=round(own_idle / ms, 4),
+        others_input_wait_ms_per_step=round(others_idle / ms, 4),
         collective_ms_per_step=round(own_coll / ms, 4),
         others_collective_ms_per_step=round(others_coll / ms, 4),
         explained_fraction=None if explained is None else round(explained, 4),
@@ -307,34 +310,36 @@ def find_straggler(aligned: pd.DataFrame, per_step: pd.DataFrame) -> Straggler |
 def host_table(results: tuple[HostResult, ...], aligned: pd.DataFrame) -> pd.DataFrame:
     """One row per host: what its own analysis says, beside its aligned-step medians."""
     rows = []
-    by_host = aligned.groupby("host") if len(aligned) else None
+    by_host = aligned.groupby(S.HOST) if len(aligned) else None
     for r in results:
         a = r.analysis
-        row: dict[str, Any] = {"host": r.host, "file_mb": r.file_bytes / 1e6}
+        row: dict[str, Any] = {S.HOST: r.host, S.FILE_MB: r.file_bytes / 1e6}
         if a is None:
-            row.update(verdict="error", error=r.error)
+            row.update({S.VERDICT: "error", S.ERROR: r.error})
             rows.append(row)
             continue
         workers = next((x for x in a.recommendations if x.kind == GRAIN_WORKER_COUNT), None)
         row.update(
-            verdict=a.verdict,
-            steps=a.steps.count,
-            median_step_ms=a.steps.median_ms,
-            p90_step_ms=a.steps.p90_ms,
-            busy_ms_per_step=a.device_busy_ms_per_step,
-            collective_ms_per_step=a.collective_ms_per_step,
-            input_work_ms_per_step=a.input_ms_per_step,
-            input_wait_ms_per_step=np.nan,
-            idle_fraction=a.idle_fraction,
-            grain_workers=None if workers is None else workers.value,
-            error=None,
+            {
+                S.VERDICT: a.verdict,
+                S.STEP_COUNT: a.steps.count,
+                S.MEDIAN_STEP_MS: a.steps.median_ms,
+                S.P90_STEP_MS: a.steps.p90_ms,
+                S.BUSY_MS_PER_STEP: a.device_busy_ms_per_step,
+                S.COLLECTIVE_MS_PER_STEP: a.collective_ms_per_step,
+                S.INPUT_WORK_MS_PER_STEP: a.input_ms_per_step,
+                S.INPUT_IDLE_MS_PER_STEP: np.nan,
+                S.IDLE_FRACTION: a.idle_fraction,
+                S.GRAIN_WORKERS: None if workers is None else workers.value,
+                S.ERROR: None,
+            }
         )
         if by_host is not None and r.host in by_host.groups:
             mine = by_host.get_group(r.host)
-            row["input_wait_ms_per_step"] = _median(mine["input_wait_ns"]) / 1e6
+            row[S.INPUT_IDLE_MS_PER_STEP] = _median(mine[_INPUT_IDLE_NS]) / 1e6
         rows.append(row)
-    table = pd.DataFrame(rows).set_index("host")
-    table["role"] = ""
+    table = pd.DataFrame(rows).set_index(S.HOST)
+    table[S.ROLE] = ""
     return table
 
 
@@ -353,7 +358,7 @@ def analyze_pod(
             f"out: " + "; ".join(f"{r.host}: {r.error}" for r in failed[:5])
         )
     aligned, left_out = (
-        align_steps(analyses) if analyses else (pd.DataFrame(columns=["step", "host"]), 0)
+        align_steps(analyses) if analyses else (pd.DataFrame(columns=[S.STEP, S.HOST]), 0)
     )
     if left_out:
         notes.append(
@@ -370,14 +375,14 @@ def analyze_pod(
     straggler = find_straggler(aligned, steps_table)
     table = host_table(results, aligned)
     if straggler is not None:
-        table.loc[straggler.host, "role"] = "straggler"
+        table.loc[straggler.host, S.ROLE] = "straggler"
         if straggler.confirmed:
             for h in table.index:
-                if h != straggler.host and table.loc[h, "verdict"] != "error":
-                    table.loc[h, "role"] = f"waits for {straggler.host}"
+                if h != straggler.host and table.loc[h, S.VERDICT] != "error":
+                    table.loc[h, S.ROLE] = f"waits for {straggler.host}"
     if straggler is None and len(analyses) > 1:
-        ok = table[table["verdict"] != "error"]
-        share = ok["collective_ms_per_step"] / ok["busy_ms_per_step"].where(lambda v: v > 0)
+        ok = table[table[S.VERDICT] != "error"]
+        share = ok[S.COLLECTIVE_MS_PER_STEP] / ok[S.BUSY_MS_PER_STEP].where(lambda v: v > 0)
         if len(share.dropna()) and float(share.median()) >= COLLECTIVE_HEAVY:
             notes.append(
                 f"The devices spend {float(share.median()):.0%} of their busy time inside "
@@ -410,7 +415,7 @@ def _pod_verdict(
         return "error", "No host could be analysed."
     counts = Counter(a.verdict for a in analyses.values())
     common, n = counts.most_common(1)[0]
-    step_ms = table["median_step_ms"].astype(float)
+    step_ms = table[S.MEDIAN_STEP_MS].astype(float)
     slowest = str(step_ms.idxmax())
     if n == len(analyses):
         return common, (

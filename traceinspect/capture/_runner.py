@@ -382,7 +382,7 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
     exit_code, exit_signal = _exit_code(returncode)
     report = _read_report(config["report_path"])
     shutil.rmtree(scratch, ignore_errors=True)
-    sidecar = _sidecar(
+    sidecar = _build_sidecar(
         cmd,
         options,
         run_name=run_name,
@@ -408,7 +408,7 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
     )
 
 
-def _sidecar(
+def _build_sidecar(
     cmd: ScriptCommand,
     options: CaptureOptions,
     *,

@@ -84,7 +84,8 @@ def analyze(
 
     A run with one trace file per host is analysed host by host, in parallel, then
     across hosts: steps aligned by step number, the slowest host per step, and the
-    straggler, the host whose input wait makes the others wait in their collectives.
+    straggler, the host whose device idles for input while the others wait for it in
+    their collectives.
 
     \b
     Examples:

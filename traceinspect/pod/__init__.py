@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from traceinspect import schema as S
 from traceinspect.analysis.straggler import HostResult, PodAnalysis, analyze_pod
 from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
 from traceinspect.pod._engines import (
@@ -92,7 +93,7 @@ def analyze_host(task: HostTask) -> HostResult:
         )
     gaps = analysis.gaps
     if len(gaps) > KEPT_GAPS:
-        gaps = gaps.loc[gaps["duration_ns"].nlargest(KEPT_GAPS).index].sort_index()
+        gaps = gaps.loc[gaps[S.DURATION_NS].nlargest(KEPT_GAPS).index].sort_index()
     return HostResult(
         host=task.host,
         location=task.location,

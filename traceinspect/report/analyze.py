@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traceinspect import schema as S
 from traceinspect.analysis.result import Analysis
 from traceinspect.vocabulary import CAUSES, band
 
@@ -37,7 +38,7 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
         frac = a.cause_fractions[cause]
         label = band(frac)
         out.append(f"  {cause:<8} {ms:>12,.2f} ms  {frac:6.1%} of step time  {label}".rstrip())
-    gaps = a.gaps.sort_values("duration_ns", ascending=False).head(top_gaps)
+    gaps = a.gaps.sort_values(S.DURATION_NS, ascending=False).head(top_gaps)
     if len(gaps):
         out.append("")
         out.append(f"Longest gaps (of {len(a.gaps)})")

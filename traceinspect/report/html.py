@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from traceinspect import schema as S
 from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.straggler import PodAnalysis
 from traceinspect.report.plots import (
@@ -91,7 +92,7 @@ def _numbers(a: Analysis) -> str:
 
 
 def _gaps(a: Analysis, top: int) -> str:
-    gaps = a.gaps.sort_values("duration_ns", ascending=False).head(top)
+    gaps = a.gaps.sort_values(S.DURATION_NS, ascending=False).head(top)
     if gaps.empty:
         return "<p>No idle gaps inside the analysed steps.</p>"
     rows = []
@@ -164,8 +165,8 @@ POD_FIGURE_CAPTIONS = {
         "grey: the device waits there for the other hosts) and idle time by cause."
     ),
     "host_steps": (
-        "Step time of every host, step by step; the straggler's device idle time waiting "
-        "for input as bars."
+        "Step time of every host, step by step; the straggler's input idle time (its device "
+        "idle, waiting for input) as bars."
     ),
 }
 
@@ -179,13 +180,13 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
     recs = "".join(f"<li>{escape(r.message or r.kind)}</li>" for r in pod.recommendations)
     notes = "".join(f'<p class="note">Note: {escape(n)}</p>' for n in pod.notes)
     columns = [
-        ("verdict", "verdict", None),
-        ("median_step_ms", "step ms", ",.2f"),
-        ("p90_step_ms", "p90 ms", ",.2f"),
-        ("busy_ms_per_step", "busy ms", ",.2f"),
-        ("collective_ms_per_step", "in collectives ms", ",.2f"),
-        ("input_wait_ms_per_step", "input wait ms", ",.2f"),
-        ("role", "role", None),
+        (S.VERDICT, "verdict", None),
+        (S.MEDIAN_STEP_MS, "step ms", ",.2f"),
+        (S.P90_STEP_MS, "p90 ms", ",.2f"),
+        (S.BUSY_MS_PER_STEP, "busy ms", ",.2f"),
+        (S.COLLECTIVE_MS_PER_STEP, "in collectives ms", ",.2f"),
+        (S.INPUT_IDLE_MS_PER_STEP, "input idle ms", ",.2f"),
+        (S.ROLE, "role", None),
     ]
     head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in columns)
     rows = []
@@ -196,8 +197,8 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
             missing = value is None or pd.isna(value)
             if fmt is None or missing:
                 text = "" if missing else str(value)
-                if key == "verdict" and value == "error":
-                    text = f"error: {row.get('error')}"
+                if key == S.VERDICT and value == "error":
+                    text = f"error: {row.get(S.ERROR)}"
                 cells.append(f"<td>{escape(text)}</td>")
             else:
                 cells.append(f'<td class="num">{format(float(value), fmt)}</td>')

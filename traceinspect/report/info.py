@@ -13,7 +13,7 @@ def _bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _ms(ns: int) -> str:
+def _fmt_ns_as_ms(ns: int) -> str:
     return f"{ns / 1e6:,.1f} ms"
 
 
@@ -34,7 +34,7 @@ def render_info(ov: Overview, *, all_lines: bool = False) -> str:
     events = f"{ov.event_count:,} events"
     if ov.aggregated_event_count:
         events += f" (+{ov.aggregated_event_count:,} aggregated)"
-    out.append(f"Events    {events} over {_ms(ov.span_ns)}")
+    out.append(f"Events    {events} over {_fmt_ns_as_ms(ov.span_ns)}")
     if ov.steps.present:
         named = f" on {', '.join(repr(n) for n in ov.steps.names)}" if ov.steps.names else ""
         out.append(f"Steps     {', '.join(ov.steps.sources)}{named}: {ov.steps.count} marked")
@@ -66,7 +66,7 @@ def render_info(ov: Overview, *, all_lines: bool = False) -> str:
     header = (("host",) if multi_host else ()) + ("plane", "line", "id", "events", "span")
     rows = [
         ((ln.host,) if multi_host else ())
-        + (ln.plane, ln.line, str(ln.line_id), f"{ln.event_count:,}", _ms(ln.span_ns))
+        + (ln.plane, ln.line, str(ln.line_id), f"{ln.event_count:,}", _fmt_ns_as_ms(ln.span_ns))
         for ln in shown
     ]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

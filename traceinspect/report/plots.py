@@ -66,13 +66,13 @@ def _new_axes(width: float, height: float) -> Axes:
     return fig.add_subplot()
 
 
-def _ms(ns: np.ndarray | pd.Series | int, origin_ns: int = 0) -> np.ndarray:
+def _ns_to_ms(ns: np.ndarray | pd.Series | int, origin_ns: int = 0) -> np.ndarray:
     return (np.asarray(ns, dtype=np.float64) - origin_ns) / 1e6
 
 
 def _spans(iv: Intervals, origin_ns: int) -> list[tuple[float, float]]:
     """``(start_ms, width_ms)`` pairs for ``broken_barh``."""
-    starts = _ms(iv.starts, origin_ns)
+    starts = _ns_to_ms(iv.starts, origin_ns)
     widths = (iv.ends - iv.starts) / 1e6
     return list(zip(starts.tolist(), widths.tolist(), strict=True))
 
@@ -227,7 +227,9 @@ def plot_timeline(
     label_at = blended_transform_factory(ax.transData, ax.transAxes)
     bounds = [*shown[S.START_NS].tolist(), hi]
     for x in bounds:
-        ax.axvline(float(_ms(x, origin)), color="black", linewidth=0.8, linestyle="--", zorder=4)
+        ax.axvline(
+            float(_ns_to_ms(x, origin)), color="black", linewidth=0.8, linestyle="--", zorder=4
+        )
     # Label step starts, skipping those too close to the previous label to be read.
     min_gap = 0.05 * (hi - lo)
     last_label: int | None = None
@@ -236,7 +238,7 @@ def plot_timeline(
             continue
         last_label = x
         ax.text(
-            float(_ms(x, origin)),
+            float(_ns_to_ms(x, origin)),
             1.01,
             f" step {number}",
             transform=label_at,
@@ -246,7 +248,7 @@ def plot_timeline(
         )
     if not drawn:
         ax.text(
-            float(_ms(lo + (hi - lo) // 2, origin)),
+            float(_ns_to_ms(lo + (hi - lo) // 2, origin)),
             0.0,
             "no training thread found in the trace"
             if not timeline.training_thread_found
@@ -257,7 +259,7 @@ def plot_timeline(
             color="#666666",
         )
 
-    ax.set_xlim(float(_ms(lo, origin)), float(_ms(hi, origin)))
+    ax.set_xlim(float(_ns_to_ms(lo, origin)), float(_ns_to_ms(hi, origin)))
     ax.set_ylim(-0.6, top + 0.3)
     ticks = [*lane_y.values(), 0.0]
     labels = [_device_label(d) for d in lane_y] + ["training thread"]
@@ -300,7 +302,7 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
     ]
     handles = []
     for name, column, color in layers:
-        heights = _ms(per_step[column])
+        heights = _ns_to_ms(per_step[column])
         ax.bar(x, heights, bottom=bottom, width=0.8, color=color, label=name, linewidth=0)
         bottom = bottom + heights
         if heights.any():
@@ -344,7 +346,7 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
     labels = []
     totals: dict[str, float] = {}
     for y, cause in enumerate(rows):
-        durations = _ms(gaps.loc[gaps[S.CAUSE] == cause, S.DURATION_NS])
+        durations = _ns_to_ms(gaps.loc[gaps[S.CAUSE] == cause, S.DURATION_NS])
         totals[cause] = float(durations.sum())
         count = f"{len(durations)} gap" + ("" if len(durations) == 1 else "s")
         labels.append(f"{cause}\n{count}, {format_ms(totals[cause])}")

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from traceinspect import schema as S
 from traceinspect.analysis.straggler import PodAnalysis
 
 # Recommendations that already name their host in the message.
@@ -29,33 +30,33 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
     out.append("")
     header = (
         f"  {'host':<20} {'verdict':<14} {'step ms':>9} {'p90 ms':>9} {'busy ms':>9} "
-        f"{'collect. ms':>11} {'input wait':>10}  role"
+        f"{'collect. ms':>11} {'input idle':>10}  role"
     )
     out.append("Hosts (per step, median)")
     out.append(header)
     for host, row in pod.hosts.iterrows():
-        if row["verdict"] == "error":
-            out.append(f"  {host!s:<20} {'error':<14} {row['error']}")
+        if row[S.VERDICT] == "error":
+            out.append(f"  {host!s:<20} {'error':<14} {row[S.ERROR]}")
             continue
         out.append(
-            f"  {host!s:<20} {row['verdict']:<14} {_num(row['median_step_ms']):>9} "
-            f"{_num(row['p90_step_ms']):>9} {_num(row['busy_ms_per_step']):>9} "
-            f"{_num(row['collective_ms_per_step']):>11} "
-            f"{_num(row['input_wait_ms_per_step']):>10}  {row['role']}".rstrip()
+            f"  {host!s:<20} {row[S.VERDICT]:<14} {_num(row[S.MEDIAN_STEP_MS]):>9} "
+            f"{_num(row[S.P90_STEP_MS]):>9} {_num(row[S.BUSY_MS_PER_STEP]):>9} "
+            f"{_num(row[S.COLLECTIVE_MS_PER_STEP]):>11} "
+            f"{_num(row[S.INPUT_IDLE_MS_PER_STEP]):>10}  {row[S.ROLE]}".rstrip()
         )
     if aligned:
         out.append("")
         shown = pod.per_step.head(max_steps)
-        out.append("Steps (slowest host, and the host that waited longest for input)")
-        for r in shown.itertuples():
+        out.append("Steps (slowest host, and the host whose device waited longest for input)")
+        for r in shown.to_dict(orient="records"):
             starved = (
-                f"starved: {r.starved_host} ({r.starved_input_wait_ms:,.2f} ms input wait)"
-                if pd.notna(r.starved_host)
+                f"starved: {r[S.STARVED_HOST]} ({r[S.STARVED_INPUT_IDLE_MS]:,.2f} ms input idle)"
+                if pd.notna(r[S.STARVED_HOST])
                 else "no host waited for input"
             )
             out.append(
-                f"  step {r.step:>6}  slowest {r.slowest_host} {r.slowest_ms:,.2f} ms "
-                f"(fastest {r.fastest_ms:,.2f})  {starved}"
+                f"  step {r[S.STEP]:>6}  slowest {r[S.SLOWEST_HOST]} {r[S.SLOWEST_MS]:,.2f} ms "
+                f"(fastest {r[S.FASTEST_MS]:,.2f})  {starved}"
             )
         if aligned > len(shown):
             out.append(f"  ... {aligned - len(shown)} more step(s) (--json lists them all)")

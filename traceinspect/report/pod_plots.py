@@ -47,7 +47,7 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     from matplotlib.patches import Patch
 
     steps = pod.steps
-    med = steps.groupby("host").median(numeric_only=True) if len(steps) else None
+    med = steps.groupby(S.HOST).median(numeric_only=True) if len(steps) else None
     layers: list[tuple[str, str, str | None]] = [
         ("device compute", BUSY_COLOR, None),
         ("in collectives", BUSY_COLOR, IDLE_HATCH),
@@ -58,9 +58,7 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
         if med is not None and host in med.index:
             row = med.loc[host]
             busy, coll = float(row[S.BUSY_NS]), float(row[S.COLLECTIVE_NS])
-            idle = [float(row["input_wait_ns"])] + [
-                float(row[S.idle_cause_ns(c)]) for c in CAUSES if c != "input"
-            ]
+            idle = [float(row[S.idle_cause_ns(c)]) for c in CAUSES]
         else:  # no aligned steps: the host's own medians
             a = pod.analyses[host]
             busy = a.device_busy_ms_per_step * 1e6
@@ -105,13 +103,14 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
 
 def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     """Step time of every host, step by step (aligned by step number); the straggler in
-    the input colour, with its input wait as bars underneath."""
+    the input colour, with its input idle time (its device idle, waiting for input) as bars
+    underneath."""
     if ax is None:
         ax = _new_axes(9.0, 4.0)
     steps = pod.steps
     straggler = pod.straggler.host if pod.straggler is not None else None
     for host in sorted(pod.analyses):
-        mine = steps[steps["host"] == host]
+        mine = steps[steps[S.HOST] == host]
         if mine.empty:
             continue
         x = mine[S.STEP].to_numpy()
@@ -129,12 +128,12 @@ def plot_host_steps(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
         if is_straggler:
             ax.bar(
                 x,
-                mine["input_wait_ns"].to_numpy() / 1e6,
+                mine[S.idle_cause_ns("input")].to_numpy() / 1e6,
                 width=0.8,
                 color=CAUSE_COLORS["input"],
                 alpha=0.35,
                 linewidth=0,
-                label=f"{host}: device idle waiting for input",
+                label=f"{host}: input idle (device waiting for input)",
                 zorder=1,
             )
     from matplotlib.ticker import MaxNLocator

@@ -30,11 +30,11 @@ FAILED_COLOR = "#A50021"
 SKEWED = 1.25
 
 
-def _ms(value: float | None) -> str:
+def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def _pct(value: float | None) -> str:
+def _fmt_pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
@@ -61,11 +61,11 @@ def render_sweep(result: SweepResult) -> str:
         mark = "*" if run.workers == result.chosen else ""
         if run.ok:
             cells = [
-                _ms(run.median_ms),
-                _ms(run.p90_ms),
-                _ms(run.mean_ms),
+                _fmt_ms(run.median_ms),
+                _fmt_ms(run.p90_ms),
+                _fmt_ms(run.mean_ms),
                 "-" if run.spread is None else f"{run.spread:.2f}",
-                *(_pct(run.idle_fractions.get(c)) for c in CAUSES),
+                *(_fmt_pct(run.idle_fractions.get(c)) for c in CAUSES),
                 run.verdict or "-",
             ]
         else:
@@ -114,11 +114,12 @@ def choice_sentence(result: SweepResult) -> str:
     if chosen.workers == best.workers:
         return (
             f"* {chosen.workers} workers: the best {metric} step time "
-            f"({_ms(chosen.step_ms(metric))} ms), and no smaller count is within {tol} of it."
+            f"({_fmt_ms(chosen.step_ms(metric))} ms), and no smaller count is within {tol} of it."
         )
     return (
         f"* {chosen.workers} workers: the smallest count within {tol} of the best {metric} "
-        f"step time ({_ms(chosen.step_ms(metric))} ms against {_ms(best.step_ms(metric))} ms "
+        f"step time ({_fmt_ms(chosen.step_ms(metric))} ms against "
+        f"{_fmt_ms(best.step_ms(metric))} ms "
         f"at {best.workers} workers)."
     )
 
@@ -128,7 +129,7 @@ def plot_title(result: SweepResult) -> str:
         return "No worker count could be measured"
     chosen = result.run(result.chosen)
     return (
-        f"{chosen.workers} workers: {_ms(chosen.step_ms(result.metric))} ms/step, "
+        f"{chosen.workers} workers: {_fmt_ms(chosen.step_ms(result.metric))} ms/step, "
         f"within {result.tolerance:.0%} of the best"
     )
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from traceinspect import schema as S
 from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,9 +33,9 @@ METRICS = ("median", "mean")
 # Column names of SweepResult.rows() and sweep.csv; times carry their unit.
 WORKERS = "workers"
 STATUS = "status"
-MEDIAN_MS = "median_step_ms"
+MEDIAN_MS = S.MEDIAN_STEP_MS
 MEAN_MS = "mean_step_ms"
-P90_MS = "p90_step_ms"
+P90_MS = S.P90_STEP_MS
 P10_MS = "p10_step_ms"
 SPREAD = "spread"  # (p90 - p10) / median of the step times: lower is steadier
 VS_BEST = "vs_best"  # median / best median
@@ -277,10 +278,6 @@ class SweepResult:
             command=tuple(str(a) for a in data.get("command", ())),
             logdir=str(data.get("logdir", "")),
         )
-
-    def _repr_html_(self) -> str:
-        html: str = self.rows().drop(columns=[RUN_DIR]).to_html(index=False, na_rep="")
-        return f"<p>chosen: <b>{self.chosen}</b> workers</p>{html}"
 
 
 def _float(value: Any) -> float | None:

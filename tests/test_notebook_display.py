@@ -1,0 +1,84 @@
+"""Notebooks show results as HTML from the report layer: ``import traceinspect`` inside a
+running IPython shell registers traceinspect.report.notebook's functions with the shell's
+HTML formatter; outside one it imports no IPython and changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Each result type, built from the bundled samples, shown by a notebook-like shell: the HTML
+# it displays must be the report function's, byte for byte.
+_IN_A_SHELL = """
+from IPython.core.interactiveshell import InteractiveShell
+
+shell = InteractiveShell.instance()  # a shell runs before the import, as in a notebook
+
+import traceinspect
+from traceinspect.report import notebook
+from traceinspect.sweep import load_sweep
+
+trace = traceinspect.load("sample_traces/scenarios/sync_bound/vm.xplane.pb")
+analysis = traceinspect.analyze(trace)
+healthy = traceinspect.analyze(traceinspect.load("sample_traces/scenarios/healthy/vm.xplane.pb"))
+objects = {
+    "trace_html": trace,
+    "analysis_html": analysis,
+    "comparison_html": traceinspect.compare(analysis, healthy),
+    "pod_html": traceinspect.analyze_run("sample_traces/pod/straggler", jobs=1),
+    "sweep_html": load_sweep("sample_traces/sweep"),
+}
+for name, obj in objects.items():
+    data, _ = shell.display_formatter.format(obj)
+    expected = getattr(notebook, name)(obj)
+    assert data.get("text/html") == expected, (name, data.get("text/html", "")[:200])
+    assert expected.startswith("<p>"), name
+print("ok", len(objects))
+"""
+
+_OUTSIDE_A_SHELL = """
+import sys
+
+import traceinspect
+assert "IPython" not in sys.modules, "import traceinspect imported IPython"
+
+import IPython  # imported, but no shell runs: nothing to register with, and no error
+
+traceinspect._register_notebook_display()
+assert IPython.get_ipython() is None
+print("ok")
+"""
+
+
+def _run(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_notebook_shell_shows_results_with_the_report_functions() -> None:
+    pytest.importorskip("IPython")
+    assert _run(_IN_A_SHELL).split() == ["ok", "5"]
+
+
+def test_without_a_shell_nothing_is_registered_and_ipython_is_not_imported() -> None:
+    pytest.importorskip("IPython")
+    assert _run(_OUTSIDE_A_SHELL).split() == ["ok"]
+
+
+def test_without_ipython_the_import_works() -> None:
+    # IPython made unimportable: registration must not need it.
+    code = (
+        "import sys; sys.modules['IPython'] = None\n"
+        "import traceinspect\n"
+        "traceinspect._register_notebook_display()\n"
+        "print('ok')\n"
+    )
+    assert _run(code).split() == ["ok"]
