@@ -1,4 +1,4 @@
-"""The steady-state window rule of ``traceinspect capture`` (``_child._Steady``), on step
+"""The steady-state window rule of ``traceinspect capture`` (``_child.window._Steady``), on step
 series shaped like the scenario family's (sample_traces/scenarios/family)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceinspect.capture._child import (
+from traceinspect.capture._child.window import (
     STEADY_BLOCK_S,
     STEADY_BLOCKS,
     STEADY_TOLERANCE,
