@@ -90,6 +90,18 @@ DEFAULT_STEPS = 20
 WINDOW_MIN_S = 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class _Snapshot:
+    """Counters read at one edge of the trace window, when it opened or when it closed."""
+
+    #: Unix time.
+    wall_ns: int
+    #: This process's CPU time.
+    cpu_ns: int
+    #: Each Grain worker probe's last counters, by file name (empty without probes).
+    workers: dict[str, dict[str, Any]]
+
+
 class _Steady:
     """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
 
@@ -158,8 +170,8 @@ class _Capture:
         self.window_reason: str | None = None
         self.batches_in_window = 0
         self.worker_stats_dir: str | None = None
-        self.worker_snapshots: dict[str, dict[str, dict[str, Any]]] = {}
-        self.process_cpu_ns: dict[str, int] = {}
+        self.at_open: _Snapshot | None = None
+        self.at_close: _Snapshot | None = None
         self.forced = config.get("step_source") or "auto"
         self.sources: dict[tuple[str, str], _Source] = {}
         self.chosen: _Source | None = None
@@ -338,7 +350,7 @@ class _Capture:
             _warn(f"could not start the profiler ({exc}); the script goes on untraced")
             return False
         self.trace_start_ns = time.time_ns()
-        self._snapshot("open")
+        self.at_open = self._snapshot()
         self.phase = _TRACING
         return True
 
@@ -347,7 +359,7 @@ class _Capture:
         self._exit_step_annotation()
         self.phase = _DONE
         self.trace_stop_ns = time.time_ns()
-        self._snapshot("close")
+        self.at_close = self._snapshot()
         # Now, while the script's jax.distributed client is surely still up.
         self.distributed = _distributed_info()
         try:
@@ -597,29 +609,27 @@ class _Capture:
             self.worker_stats_dir = tempfile.mkdtemp(prefix="traceinspect-workers-")
         return self.worker_stats_dir
 
-    def _snapshot(self, when: str) -> None:
-        """Counters of the worker probes and this process's CPU time, at ``when``."""
-        self.process_cpu_ns[when] = time.process_time_ns()
-        self.process_cpu_ns[f"{when}_wall"] = time.time_ns()
-        if self.worker_stats_dir is None:
-            return
-        found: dict[str, dict[str, Any]] = {}
-        with contextlib.suppress(OSError):
-            for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
-                with contextlib.suppress(OSError, ValueError):
-                    found[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-        self.worker_snapshots[when] = found
+    def _snapshot(self) -> _Snapshot:
+        """This process's CPU time and the worker probes' counters, now."""
+        cpu_ns = time.process_time_ns()
+        wall_ns = time.time_ns()
+        workers: dict[str, dict[str, Any]] = {}
+        if self.worker_stats_dir is not None:
+            with contextlib.suppress(OSError):
+                for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        workers[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        return _Snapshot(wall_ns=wall_ns, cpu_ns=cpu_ns, workers=workers)
 
     def _workers_measured(self) -> WorkersMeasuredJSON | None:
         """Each worker's activity over the window: counter differences between its open and
         close (each worker's own clock: a probe writes every ~50 ms)."""
-        start = self.worker_snapshots.get("open")
-        stop = self.worker_snapshots.get("close")
-        if not start or not stop:
+        start, stop = self.at_open, self.at_close
+        if start is None or stop is None or not start.workers or not stop.workers:
             return None
         workers: list[WorkerJSON] = []
-        for key, end in sorted(stop.items()):
-            begin = start.get(key)
+        for key, end in sorted(stop.workers.items()):
+            begin = start.workers.get(key)
             if begin is None:
                 continue
             wall_s = (end["t_ns"] - begin["t_ns"]) / 1e9
@@ -640,12 +650,10 @@ class _Capture:
             )
         if not workers:
             return None
-        cpu = self.process_cpu_ns
-        wall = (cpu.get("close_wall", 0) - cpu.get("open_wall", 0)) / 1e9
         return {
-            "window_s": round(wall, 4),
+            "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
             "batches": self.batches_in_window,
             "elements": sum(w["elements"] for w in workers),
-            "main_process_cpu_s": round((cpu.get("close", 0) - cpu.get("open", 0)) / 1e9, 4),
+            "main_process_cpu_s": round((stop.cpu_ns - start.cpu_ns) / 1e9, 4),
             "workers": workers,
         }
