@@ -1,10 +1,12 @@
 """The dependency arrow points one way (docs/architecture.md): every import inside the
 package goes to its own layer or a lower one, capture imports only the standard library and
-traceinspect's base modules, and the analysis layer reads no files."""
+traceinspect's base modules (its child package the standard library and its own modules
+alone), and the analysis layer reads no files."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,11 +134,9 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["names.py", "sidecar.py"])
 def test_base_modules_of_capture_import_only_the_standard_library(name: str) -> None:
-    """capture/_child.py loads names.py by path, without the package, and capture writes the
-    sidecar format in the user's interpreter: they may import nothing of traceinspect, nor
-    anything outside the standard library."""
-    import sys
-
+    """The capture child (capture/_child/) loads names.py by path, without the package, and
+    capture writes the sidecar format in the user's interpreter: they may import nothing of
+    traceinspect, nor anything outside the standard library."""
     tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
     imported = {
         (a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
@@ -145,3 +145,118 @@ def test_base_modules_of_capture_import_only_the_standard_library(name: str) -> 
         for a in node.names
     }
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+# The capture child runs by path in the user's interpreter, where traceinspect may be missing.
+CHILD = PACKAGE / "capture" / "_child"
+# Types of the sidecar's format, for mypy: imported under ``if TYPE_CHECKING:`` only.
+CHILD_TYPE_ONLY = frozenset({"traceinspect.sidecar"})
+# The script's own libraries, used inside functions once the script has imported them (the
+# profiler, Grain's absl flags); never at import time, so the child starts without them.
+CHILD_RUN_TIME = frozenset({"jax", "absl"})
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _inside(blocks: list[ast.If] | list[ast.FunctionDef | ast.AsyncFunctionDef]) -> set[int]:
+    """Ids of the nodes in the bodies of ``blocks``."""
+    return {
+        id(node) for block in blocks for statement in block.body for node in ast.walk(statement)
+    }
+
+
+def _child_violations(path: Path) -> list[str]:
+    """Imports of a child module other than the standard library, ``__future__``, its sibling
+    modules (relative, one level), the sidecar's types under ``if TYPE_CHECKING:``, and the
+    script's own jax and absl inside functions."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    siblings = {p.stem for p in path.parent.glob("*.py")}
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    nodes = list(ast.walk(tree))
+    type_only = _inside([n for n in nodes if isinstance(n, ast.If) and _is_type_checking(n.test)])
+    in_functions = _inside(
+        [n for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    )
+    found: list[tuple[int, str]] = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            parts = [node.module] if node.module else [a.name for a in node.names]
+            if node.level > 1 or not all(p.split(".")[0] in siblings for p in parts):
+                found += [(node.lineno, "." * node.level + p) for p in parts]
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if (
+                top in allowed
+                or (name in CHILD_TYPE_ONLY and id(node) in type_only)
+                or (top in CHILD_RUN_TIME and id(node) in in_functions)
+            ):
+                continue
+            found.append((node.lineno, name))
+    return [f"{path.name}:{line} imports {name}" for line, name in sorted(found)]
+
+
+CHILD_SOURCES = sorted(CHILD.glob("*.py"))
+
+
+def test_the_child_package_is_checked() -> None:
+    names = {p.name for p in CHILD_SOURCES}
+    assert {"__init__.py", "__main__.py", "run.py", "window.py"} <= names
+    # Its modules are in the layer check too (as capture).
+    assert set(CHILD_SOURCES) <= set(SOURCES)
+
+
+@pytest.mark.parametrize("path", CHILD_SOURCES, ids=lambda p: p.name)
+def test_the_child_imports_only_the_standard_library_and_its_siblings(path: Path) -> None:
+    assert _child_violations(path) == []
+
+
+def test_a_child_import_from_outside_is_caught(tmp_path: Path) -> None:
+    """The check itself: a third-party import, jax at import time, traceinspect (outside
+    TYPE_CHECKING, or any module other than the sidecar's types), a relative import out of the
+    package or of a missing sibling are reported; the stdlib, siblings, the sidecar's types and
+    jax inside a function are not."""
+    (tmp_path / "sibling.py").write_text("")
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import numpy\n"
+        "from traceinspect.sidecar import HostJSON\n"
+        "from .. import names\n"
+        "from .missing import x\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from traceinspect.schema import START_NS\n"
+        "import jax.profiler\n"
+    )
+    good = tmp_path / "good.py"
+    good.write_text(
+        "from __future__ import annotations\n"
+        "import importlib.util, json\n"
+        "from collections.abc import Mapping\n"
+        "from typing import TYPE_CHECKING\n"
+        "from .sibling import thing\n"
+        "from . import sibling\n"
+        "if TYPE_CHECKING:\n"
+        "    from traceinspect.sidecar import HostJSON\n"
+        "def start():\n"
+        "    import jax.profiler\n"
+    )
+    assert _child_violations(bad) == [
+        "bad.py:1 imports numpy",
+        "bad.py:2 imports traceinspect.sidecar",
+        "bad.py:3 imports ..names",
+        "bad.py:4 imports .missing",
+        "bad.py:7 imports traceinspect.schema",
+        "bad.py:8 imports jax.profiler",
+    ]
+    assert _child_violations(good) == []

@@ -1,4 +1,4 @@
-"""The steady-state window rule of ``traceinspect capture`` (``_child._Steady``), on step
+"""The steady-state window rule of ``traceinspect capture`` (``_child.window._Steady``), on step
 series shaped like the scenario family's (sample_traces/scenarios/family)."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceinspect.capture._child import (
+from traceinspect.capture._child.window import (
     STEADY_BLOCK_S,
     STEADY_BLOCKS,
     STEADY_TOLERANCE,
+    _Capture,
+    _Snapshot,
     _Steady,
 )
 
@@ -79,3 +81,41 @@ def test_a_constant_pace_with_noise_is_steady(step: float, jitter: list[float]) 
         assert steady.is_steady()
         means = [b[2] for b in steady.blocks[-STEADY_BLOCKS:]]
         assert max(means) / min(means) <= STEADY_TOLERANCE
+
+
+def _probe(t_s: float, elements: int, produce_s: float, cpu_s: float) -> dict[str, object]:
+    """A worker probe's counters as it writes them (times in ns)."""
+    ns = 1_000_000_000
+    return {
+        "index": 0,
+        "pid": 7,
+        "t_ns": round(t_s * ns),
+        "elements": elements,
+        "produce_ns": round(produce_s * ns),
+        "blocked_ns": round((t_s - produce_s) * ns),
+        "cpu_ns": round(cpu_s * ns),
+        "rss_bytes": 1 << 20,
+        "timed": True,
+    }
+
+
+def test_workers_are_measured_between_the_windows_two_snapshots() -> None:
+    cap = _Capture({"max_wait_s": 120, "window_max_s": 60})
+    cap.batches_in_window = 12
+    # Worker counters on the worker's own clock; this process's on its own.
+    cap.at_open = _Snapshot(wall_ns=10**9, cpu_ns=5 * 10**8, workers={"w": _probe(1, 3, 0.5, 0.2)})
+    cap.at_close = _Snapshot(
+        wall_ns=3 * 10**9, cpu_ns=2 * 10**9, workers={"w": _probe(3, 15, 2, 1)}
+    )
+
+    measured = cap._workers_measured()
+
+    assert measured is not None
+    assert (measured["window_s"], measured["batches"], measured["elements"]) == (2.0, 12, 12)
+    assert measured["main_process_cpu_s"] == 1.5
+    (worker,) = measured["workers"]
+    assert (worker["wall_s"], worker["produce_s"], worker["blocked_s"]) == (2.0, 1.5, 0.5)
+    assert worker["cpu_s"] == 0.8 and worker["timed_elements"] is True
+    # No probe had written when the window opened: nothing to compare.
+    cap.at_open = _Snapshot(wall_ns=10**9, cpu_ns=0, workers={})
+    assert cap._workers_measured() is None

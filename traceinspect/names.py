@@ -2,8 +2,9 @@
 ``traceinspect capture`` writes, and what jax, XLA, Grain and tf.data write into traces
 (``../shared/FIELD-NOTES.md`` has where each was seen).
 
-Standard library only, and importing nothing of the package: ``capture/_child.py`` runs
-inside the user's process without the package on its path and loads this file by path.
+Standard library only, and importing nothing of the package: the capture child
+(``capture/_child/``) runs inside the user's process without the package on its path and
+loads this file by path (``_child/_base.py``).
 """
 
 from __future__ import annotations

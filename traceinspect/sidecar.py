@@ -7,7 +7,7 @@ the profiler settings, the host's cores and memory, the library versions, and th
 settings and worker measurements seen at run time.
 
 The format is declared once, here, as ``TypedDict``\\ s: the writer (``capture/_runner.py``,
-from the report of ``capture/_child.py``) builds those types, and :func:`parse` reads them
+from the report of ``capture/_child/window.py``) builds those types, and :func:`parse` reads them
 into the frozen records the analysis uses (:class:`Sidecar`, :class:`Window`,
 :class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`), so
 mypy checks every key on both sides. Standard library only: the capture child (which runs

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from capture_helpers import SCRIPTS, TRAIN, parent_process
+from capture_helpers import SCRIPTS, TRAIN, capture, parent_process
 
 from traceinspect.capture import SIDECAR_NAME
+from traceinspect.capture._child import ENTRY
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,47 @@ def test_bare_script_runs_as_python_would(tmp_path: Path) -> None:
     assert seen["env"] == "kept"
     assert seen["spawn"] == [4, 9] and seen["fork"] == [16]
     assert _sidecar(tmp_path / "logs")["exit_code"] == 0
+
+
+# What a script sees of the child's setting, where traceinspect is not importable.
+_WITHOUT_THE_PACKAGE = """\
+import importlib.util, json, sys
+json.dump(
+    {
+        "findable": importlib.util.find_spec("traceinspect") is not None,
+        "imported": sorted(m for m in sys.modules if m.split(".")[0] == "traceinspect"),
+        "path": sys.path,
+    },
+    open(sys.argv[1], "w"),
+)
+"""
+
+
+@pytest.mark.parametrize("isolation", [["-S"], ["-I", "-S"]], ids=" ".join)
+def test_the_child_runs_where_traceinspect_cannot_be_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: list[str]
+) -> None:
+    """The child's entry file loads its sibling modules itself: with no site-packages (-S,
+    where the installed traceinspect is) and no PYTHONPATH, the script runs under the capture
+    and its report is written; the child's directory is not left on sys.path."""
+    script = tmp_path / "script.py"
+    script.write_text(_WITHOUT_THE_PACKAGE)
+    facts = tmp_path / "facts.json"
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    result = capture(tmp_path / "logs", [sys.executable, *isolation, str(script), str(facts)])
+
+    assert result.exit_code == 0
+    seen = json.loads(facts.read_text())
+    assert seen["findable"] is False and seen["imported"] == []
+    child_dir = str(Path(ENTRY).resolve().parent)
+    assert child_dir not in seen["path"]
+    if isolation == ["-S"]:
+        assert seen["path"][0] == str(tmp_path)
+    # The child's own report reached the sidecar (not the runner's stand-in for a dead child).
+    sidecar = json.loads(Path(result.sidecar_path).read_text())
+    assert sidecar["ended"] == "returned" and sidecar["host"]["hostname"]
 
 
 def test_ctrl_c_in_the_window_writes_a_partial_trace(tmp_path: Path) -> None:

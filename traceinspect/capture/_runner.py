@@ -21,7 +21,8 @@ from typing import Any, cast
 
 from traceinspect import sidecar as SC
 from traceinspect._version import __version__
-from traceinspect.capture import _child
+from traceinspect.capture._child import ENTRY, facts
+from traceinspect.capture._child._base import _write_json_atomic
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.errors import CaptureError
 
@@ -33,9 +34,9 @@ class CaptureOptions:
     """How to trace: which steps, which profiler settings, where to write."""
 
     logdir: str = "traceinspect_logs"
-    #: None: open the window once the run is steady (see ``_child.STEADY_*``); N: after N steps.
+    #: None: open the window once the run is steady (``_child.window.STEADY_*``); N: after N steps.
     skip_steps: int | None = None
-    #: None: at least 20 steps and at least 1 s (``_child.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
+    #: None: at least 20 steps and at least 1 s (``_child.window.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
     steps: int | None = None
     #: With the steady-state rule: open the window after this long even if not yet steady.
     max_wait_s: float = 120.0
@@ -361,7 +362,7 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
         config = _child_config(cmd, options, run_dir, scratch)
         config_path = Path(scratch, "config.json")
         config_path.write_text(json.dumps(config), encoding="utf-8")
-        argv = [cmd.python, *cmd.interpreter_options, _child.__file__, str(config_path)]
+        argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
         started_ns = time.time_ns()
         proc = subprocess.Popen(argv)
     except (CaptureError, OSError) as exc:
@@ -393,7 +394,7 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
         started_ns=started_ns,
         ended_ns=ended_ns,
     )
-    _child._write_json_atomic(str(sidecar_path), sidecar)
+    _write_json_atomic(str(sidecar_path), sidecar)
     # A shared run directory holds other hosts' files too: list only this host's.
     pattern = f"{glob.escape(options.host)}.xplane.pb" if shared else "*.xplane.pb"
     traces = tuple(str(p) for p in sorted(Path(run_dir).glob(pattern)))
@@ -427,7 +428,7 @@ def _build_sidecar(
             "the script ended before traceinspect could record anything"
             + (f" (killed by {exit_signal})" if exit_signal else "")
         )
-        report = {"host": _child._host_info(), "versions": _child._versions()}
+        report = {"host": facts._host_info(), "versions": facts._versions()}
     reasons.extend(report.get("partial_reasons", []))
     window = report.get("window")
     trace_files = [name for name in report.get("trace_files", []) if name.endswith(".xplane.pb")]

@@ -1,0 +1,309 @@
+"""What capture changes in Grain: batches drawn on the main thread are steps, the pipeline's
+settings are recorded, and ``mp_prefetch`` workers run the probe that measures them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN
+from .hooks import _wrap_method
+from .window import _TRACING, _Capture
+
+
+def _nbytes(obj: Any, depth: int = 0) -> int | None:
+    """Bytes held by the arrays of a batch (numpy or jax leaves in dicts, lists, tuples)."""
+    if depth > 6:
+        return None
+    nbytes = getattr(obj, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    items: Sequence[Any]
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    else:
+        return None
+    total = 0
+    seen = False
+    for item in items[:1000]:
+        n = _nbytes(item, depth + 1)
+        if n is not None:
+            total += n
+            seen = True
+    return total if seen else None
+
+
+def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
+    dataset_mod = sys.modules["grain._src.python.dataset.dataset"]
+    iterator_base = dataset_mod.DatasetIterator
+    workers = cap.config.get("workers")
+    state = cap.thread_state
+
+    def make_next(orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(orig)
+        def __next__(self: Any) -> Any:
+            depth = getattr(state, "depth", 0)
+            if depth or not cap.active():
+                # A pipeline stage calling its parent: only the outermost fetch is a batch.
+                state.depth = depth + 1
+                try:
+                    return orig(self)
+                finally:
+                    state.depth = depth
+            cls_name = type(self).__name__
+            cap.on_step(SOURCE_GRAIN, cls_name, f"batches from grain {cls_name}")
+            state.depth = 1
+            if cap.phase == _TRACING:
+                cap.batches_in_window += 1
+            try:
+                with cap.annotate(ANN_NEXT_BATCH):
+                    batch = orig(self)
+            finally:
+                state.depth = 0
+            if cap.batch_bytes is None or cap.phase == _TRACING:
+                n = _nbytes(batch)
+                if n is not None:
+                    cap.batch_bytes = n
+            return batch
+
+        return __next__
+
+    def wrap_tree(cls: type) -> None:
+        _wrap_method(cls, "__next__", make_next)
+        sub: type
+        for sub in cls.__subclasses__():
+            wrap_tree(sub)
+
+    wrap_tree(iterator_base)
+    original_init_subclass = iterator_base.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
+        if original_init_subclass is not None:
+            original_init_subclass.__func__(cls, **kwargs)
+        else:
+            super(iterator_base, cls).__init_subclass__(**kwargs)
+        _wrap_method(cls, "__next__", make_next)
+
+    iterator_base.__init_subclass__ = classmethod(__init_subclass__)
+
+    loader_mod = sys.modules.get("grain._src.python.data_loader")
+    if loader_mod is not None:
+        _wrap_method(loader_mod.DataLoaderIterator, "__next__", make_next)
+        real_loader_init = loader_mod.DataLoader.__init__
+
+        @functools.wraps(real_loader_init)
+        def loader_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            if workers is not None:
+                kwargs["worker_count"] = workers
+            real_loader_init(self, *args, **kwargs)
+            read = kwargs.get("read_options")
+            batch_size = None
+            for op in kwargs.get("operations") or ():
+                batch_size = getattr(op, "batch_size", batch_size)
+            cap.grain_event(
+                "DataLoader",
+                worker_count=kwargs.get("worker_count", 0),
+                worker_buffer_size=kwargs.get("worker_buffer_size", 1),
+                read_threads=getattr(read, "num_threads", None),
+            )
+            if batch_size is not None:
+                cap.grain_event("batch", batch_size=batch_size, where="DataLoader")
+
+        loader_mod.DataLoader.__init__ = loader_init
+
+    options_mod = sys.modules["grain._src.python.options"]
+    iter_dataset = dataset_mod.IterDataset
+    real_mp_prefetch = iter_dataset.mp_prefetch
+
+    @functools.wraps(real_mp_prefetch)
+    def mp_prefetch(
+        self: Any, options: Any = None, worker_init_fn: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = options or options_mod.MultiprocessingOptions(num_workers=10)
+        if workers is not None:
+            options = dataclasses.replace(options, num_workers=workers)
+        cap.grain_event(
+            "mp_prefetch",
+            num_workers=options.num_workers,
+            per_worker_buffer_size=options.per_worker_buffer_size,
+        )
+        if options.num_workers > 0 and os.getpid() == cap.pid:
+            # Grain cloudpickles this into each worker process; _worker_probe is pickled by
+            # value (it claims __main__, below), so the worker needs nothing of ours.
+            worker_init_fn = functools.partial(
+                _worker_probe, cap.worker_probe_dir(), worker_init_fn
+            )
+        return real_mp_prefetch(self, options, worker_init_fn, *args, **kwargs)
+
+    iter_dataset.mp_prefetch = mp_prefetch
+
+    prefetch_mod = sys.modules.get("grain._src.python.dataset.transformations.prefetch")
+    if prefetch_mod is not None:
+        real_prefetch_init = prefetch_mod.PrefetchIterDataset.__init__
+
+        @functools.wraps(real_prefetch_init)
+        def prefetch_init(self: Any, parent: Any, *args: Any, **kwargs: Any) -> None:
+            real_prefetch_init(self, parent, *args, **kwargs)
+            read = kwargs.get("read_options")
+            cap.grain_event(
+                "ReadOptions",
+                num_threads=_plain(getattr(read, "num_threads", None)),
+                prefetch_buffer_size=_plain(getattr(read, "prefetch_buffer_size", None)),
+            )
+
+        prefetch_mod.PrefetchIterDataset.__init__ = prefetch_init
+
+    batch_mod = sys.modules.get("grain._src.python.dataset.transformations.batch")
+    if batch_mod is not None:
+        for cls_name in ("BatchMapDataset", "BatchIterDataset"):
+            cls = getattr(batch_mod, cls_name, None)
+            if cls is None:
+                continue
+            real_init = cls.__init__
+
+            def batch_init(
+                self: Any,
+                parent: Any,
+                batch_size: int,
+                *args: Any,
+                _real: Callable[..., None] = real_init,
+                _name: str = cls_name,
+                **kwargs: Any,
+            ) -> None:
+                _real(self, parent, batch_size, *args, **kwargs)
+                cap.grain_event("batch", batch_size=batch_size, where=_name)
+
+            cls.__init__ = batch_init
+
+    if cap.config.get("grain_worker_profiling"):
+        cap.grain_worker_profiling = _enable_worker_profiling()
+
+
+def _worker_probe(
+    stats_dir: str, user_init: Callable[[int, int], None] | None, index: int, count: int
+) -> None:
+    """Runs in each Grain ``mp_prefetch`` worker process before it starts producing.
+
+    Times the worker's loop from the outside of each element: Grain's worker produces an
+    element (``next``), then puts it in its buffer, blocking while the buffer is full. The put
+    is ``grain_queue.add_element_to_queue``; wrapped here, the time between two puts is the
+    time spent producing, and the time inside one is the time blocked on a full buffer (the
+    consumer did not need the element yet). A thread writes the counters, with the process's
+    CPU time and memory, to ``stats_dir/worker-<index>-<pid>.json`` every 50 ms; the training
+    process reads them when the trace window opens and closes.
+
+    Self-contained (imports inside, no module globals) because it is pickled by value.
+    """
+    if user_init is not None:
+        user_init(index, count)
+    import json as _json
+    import os as _os
+    import pathlib as _pathlib
+    import sys as _sys
+    import threading as _threading
+    import time as _time
+
+    pid = _os.getpid()
+    lock = _threading.Lock()
+    state: dict[str, Any] = {
+        "elements": 0,
+        "produce_ns": 0,
+        "blocked_ns": 0,
+        "since": _time.perf_counter_ns(),
+    }
+    phase = ["produce"]
+    timed = False
+    module = _sys.modules.get("grain._src.python.dataset.transformations.process_prefetch")
+    queue_mod: Any = getattr(module, "grain_queue", None)
+    real_put = getattr(queue_mod, "add_element_to_queue", None)
+    if real_put is not None:
+
+        def add_element_to_queue(*args: Any, **kwargs: Any) -> Any:
+            now = _time.perf_counter_ns()
+            with lock:
+                state["produce_ns"] += now - state["since"]
+                state["elements"] += 1
+                state["since"] = now
+                phase[0] = "blocked"
+            try:
+                return real_put(*args, **kwargs)
+            finally:
+                done = _time.perf_counter_ns()
+                with lock:
+                    state["blocked_ns"] += done - state["since"]
+                    state["since"] = done
+                    phase[0] = "produce"
+
+        queue_mod.add_element_to_queue = add_element_to_queue
+        timed = True
+    path = _pathlib.Path(stats_dir, f"worker-{index}-{pid}.json")
+    page = _os.sysconf("SC_PAGE_SIZE") if hasattr(_os, "sysconf") else 4096
+
+    def rss() -> int | None:
+        try:
+            statm = _pathlib.Path(f"/proc/{pid}/statm").read_text(encoding="ascii")
+            return int(statm.split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def write() -> None:
+        now = _time.perf_counter_ns()
+        with lock:
+            counters = dict(state)
+            running = now - counters.pop("since")
+            counters[f"{phase[0]}_ns"] += running
+        counters.update(
+            index=index,
+            count=count,
+            pid=pid,
+            timed=timed,
+            t_ns=_time.time_ns(),
+            cpu_ns=_time.process_time_ns(),
+            rss_bytes=rss(),
+        )
+        tmp = path.with_name(f"{path.name}.tmp")
+        tmp.write_text(_json.dumps(counters), encoding="utf-8")
+        tmp.replace(path)
+
+    def loop() -> None:
+        while True:
+            try:
+                write()
+            except OSError:
+                return
+            _time.sleep(0.05)
+
+    _threading.Thread(target=loop, name="traceinspect-worker-probe", daemon=True).start()
+
+
+# cloudpickle, Grain's pickler, pickles a function of __main__ by value and any other by
+# reference, for the worker to import. A spawned worker cannot import this module (the child's
+# package exists only in the training process, under a private name), so the probe claims
+# __main__: it needs no module globals, and the worker gets its code.
+_worker_probe.__module__ = "__main__"
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str)) or value is None else repr(value)
+
+
+def _enable_worker_profiling() -> bool:
+    """Turn on Grain's worker profiling flag when this jax/grain pair supports it."""
+    profiler = sys.modules.get("grain._src.core.profiler")
+    if profiler is None or not getattr(profiler, "is_worker_profiling_supported", lambda: False)():
+        return False
+    try:
+        from absl import flags
+
+        # A default, not a value: a script that parses its own flags keeps control.
+        flags.FLAGS.set_default("grain_enable_multiprocess_worker_profiling", True)
+    except Exception:
+        return False
+    return True

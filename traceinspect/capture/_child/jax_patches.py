@@ -1,0 +1,117 @@
+"""What capture changes in jax: StepTraceAnnotation and jit calls report steps, and host reads
+of device values are annotated inside the window."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ._base import ANN_HOST_READ, SOURCE_ANNOTATION, SOURCE_JIT
+from .hooks import _wrap_method
+from .window import _TRACING, _Capture
+
+
+def _patch_jax(cap: _Capture, jax: Any) -> None:
+    profiler_mod: Any = sys.modules["jax._src.profiler"]
+    base = profiler_mod.StepTraceAnnotation
+
+    class StepTraceAnnotation(base):  # type: ignore[misc, valid-type]
+        __doc__ = base.__doc__
+
+        def __init__(self, name: str, **kwargs: Any) -> None:
+            # Before the base __init__: jax's TraceMe decides at construction whether it is
+            # recorded, so the window must already be open for this step's annotation.
+            if cap.active():
+                step_num = kwargs.get("step_num")
+                cap.on_step(
+                    SOURCE_ANNOTATION,
+                    name,
+                    f"StepTraceAnnotation {name!r}",
+                    step_num if isinstance(step_num, int) else None,
+                )
+            super().__init__(name, **kwargs)
+
+    StepTraceAnnotation.__name__ = base.__name__
+    StepTraceAnnotation.__qualname__ = base.__qualname__
+    StepTraceAnnotation.__module__ = base.__module__
+    profiler_mod.StepTraceAnnotation = StepTraceAnnotation
+    jax.profiler.StepTraceAnnotation = StepTraceAnnotation
+
+    real_jit = jax.jit
+
+    @functools.wraps(real_jit)
+    def jit(fun: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if fun is None:
+            # jax.jit(static_argnums=...) used as a decorator factory.
+            return lambda f: jit(f, *args, **kwargs)
+        return _JitProxy(cap, real_jit(fun, *args, **kwargs), fun)
+
+    jax.jit = jit
+
+    array_mod = sys.modules.get("jax._src.array")
+    array_impl = getattr(array_mod, "ArrayImpl", None)
+    if array_impl is not None:
+        for name in (
+            "__float__",
+            "__int__",
+            "__bool__",
+            "__index__",
+            "item",
+            "tolist",
+            "__array__",
+            "block_until_ready",
+        ):
+            _wrap_method(array_impl, name, functools.partial(_host_read, cap, kind=name))
+    real_device_get = jax.device_get
+    jax.device_get = _host_read(cap, real_device_get, kind="device_get")
+
+
+def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if cap.phase != _TRACING:
+            return orig(*args, **kwargs)
+        with cap.annotate(ANN_HOST_READ, kind=kind):
+            return orig(*args, **kwargs)
+
+    wrapper.__name__ = getattr(orig, "__name__", kind)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    return wrapper
+
+
+class _JitProxy:
+    """Stands in for a jitted function to count its calls; everything else is forwarded."""
+
+    def __init__(self, cap: _Capture, jitted: Any, fun: Any) -> None:
+        self._ti_cap = cap
+        self._ti_jitted = jitted
+        name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun)
+        self._ti_key = f"{name}@{id(jitted):x}"
+        self._ti_detail = f"calls of jitted {name}"
+        with contextlib.suppress(Exception):
+            self.__wrapped__ = jitted
+            self.__name__ = getattr(fun, "__name__", "jitted")
+            self.__doc__ = getattr(fun, "__doc__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        cap = self._ti_cap
+        if cap.active():
+            cap.on_step(SOURCE_JIT, self._ti_key, self._ti_detail)
+        return self._ti_jitted(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_ti_"):
+            # Not yet set (copy, pickle): never recurse into ourselves.
+            raise AttributeError(name)
+        return getattr(self._ti_jitted, name)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return repr(self._ti_jitted)

@@ -1,0 +1,132 @@
+"""Running the user's script as ``__main__``, exactly as Python would, under the capture: the
+hooks, sys.argv and sys.path[0], signals, and how the script ended."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import pathlib
+import runpy
+import signal
+import sys
+import threading
+import types
+from typing import Any
+
+from ._base import SOURCE_TIME, _StopAfter, _Terminated
+from .grain_patches import _patch_grain
+from .hooks import _PostImportFinder
+from .jax_patches import _patch_jax
+from .window import _Capture
+
+
+def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drop our own and runpy's frames so the traceback starts in the user's code.
+
+    The traceback of an exception caught in :func:`_run` starts in ``_run`` (this file), then
+    runpy, then the script."""
+    ours = {__file__, runpy.__file__, "<frozen runpy>"}
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    return tb
+
+
+def _run(config: dict[str, Any]) -> None:
+    cap = _Capture(config)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if cap.stop_requested:
+            raise _StopAfter()
+        raise _Terminated()
+
+    finder = _PostImportFinder(
+        {
+            "jax": lambda m: _patch_jax(cap, m),
+            "grain": lambda m: _patch_grain(cap, m),
+        }
+    )
+    terminated = threading.Event()
+    atexit.register(_die_by_sigterm_if, terminated)
+    sys.meta_path.insert(0, finder)
+    for name in list(finder.patches):
+        # Already imported (by sitecustomize, say): patch it now.
+        module = sys.modules.get(name)
+        if module is not None:
+            finder.patches.pop(name)(module)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    if cap.forced in ("auto", SOURCE_TIME):
+        cap.start_time_window()
+
+    target: str = config["target"]
+    # Python put the entry file's directory (this package's) first on sys.path; the script
+    # expects its own (or the working directory for -m). Under -P or -I Python adds neither,
+    # and neither do we.
+    here = pathlib.Path(__file__).resolve().parent
+    replace_path0 = bool(sys.path) and pathlib.Path(sys.path[0] or ".").resolve() == here
+    if config["mode"] == "module":
+        sys.argv = [target, *config["args"]]
+        if replace_path0:
+            sys.path[0] = str(pathlib.Path.cwd())
+    else:
+        sys.argv = [config["argv0"], *config["args"]]
+        if replace_path0:
+            sys.path[0] = str(pathlib.Path(target).resolve().parent)
+
+    try:
+        if config["mode"] == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except _StopAfter:
+        cap.finish("was stopped by traceinspect")
+        _flush()
+        sys.exit(0)
+    except _Terminated:
+        cap.finish("was terminated (SIGTERM)")
+        # Exit through the interpreter so that atexit handlers run (multiprocessing stops
+        # Grain's worker processes there, instead of leaving them orphaned), then die by
+        # SIGTERM from our own handler, registered first and so run last.
+        terminated.set()
+        sys.exit(128 + signal.SIGTERM)
+    except SystemExit as exc:
+        code = exc.code
+        cap.finish("returned" if code in (None, 0) else f"called sys.exit({code!r})")
+        raise
+    except KeyboardInterrupt as exc:
+        cap.finish("was interrupted (SIGINT)")
+        _report_uncaught(exc)
+        sys.exit(128 + signal.SIGINT)
+    except BaseException as exc:
+        cap.finish(f"raised {type(exc).__name__}")
+        _report_uncaught(exc)
+        sys.exit(1)
+    else:
+        cap.finish("returned")
+
+
+def _die_by_sigterm_if(terminated: threading.Event) -> None:
+    if terminated.is_set():
+        # The way the script would have ended without us: the parent sees the signal.
+        _flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _report_uncaught(exc: BaseException) -> None:
+    # What the interpreter would print, without our frames: the user's code comes first.
+    tb = _user_traceback(exc.__traceback__)
+    # The interpreter prints the exception's own __traceback__, so trim that one too.
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def main(argv: list[str]) -> None:
+    """Run the script that ``argv[1]`` (the runner's config file) names, under the capture."""
+    _run(json.loads(pathlib.Path(argv[1]).read_text(encoding="utf-8")))

@@ -1,0 +1,659 @@
+"""The trace window: counting steps, the steady-state rule that opens the window, the
+profiler started and stopped around it, and the child's report written at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._base import (
+    _PRIORITY,
+    ANN_STEP,
+    SOURCE_JIT,
+    SOURCE_TIME,
+    _StopAfter,
+    _warn,
+    _write_json_atomic,
+)
+from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_info, _versions
+
+if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
+    from traceinspect.sidecar import (
+        ChildReportJSON,
+        GrainJSON,
+        StepJSON,
+        WorkerJSON,
+        WorkersMeasuredJSON,
+    )
+
+# What jax's profiler writes per host, ``<host><suffix>``: renamed when --host-name is given.
+_HOST_FILE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
+
+
+def host_file_name(name: str, host: str) -> str:
+    """``name`` (a file jax wrote as ``<this machine's hostname><suffix>``) for ``host``."""
+    local = socket.gethostname()
+    if local and name.startswith(f"{local}."):
+        return host + name[len(local) :]
+    for suffix in _HOST_FILE_SUFFIXES:
+        if name.endswith(suffix):
+            return host + suffix
+    return name
+
+
+# Bounded so that a million-step run does not grow the report without limit.
+_MAX_STEPS_KEPT = 10_000
+_MAX_GRAIN_EVENTS = 200
+
+_WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
+
+# The steady-state rule (the default window; ``--skip-steps N`` replaces it with a fixed skip).
+# Host step times are cut into blocks of at least STEADY_BLOCK_STEPS steps (twice the Grain
+# worker count when larger: mp_prefetch delivers in bursts of about one batch per worker) and
+# at least STEADY_BLOCK_S seconds. The run is steady once the mean step time of the last
+# STEADY_BLOCKS blocks agrees within STEADY_TOLERANCE (largest / smallest). Step 0 (tracing and
+# compiling) is never in a block. Measured on the scenario family (sample_traces/scenarios/
+# family): a loop that never waits dispatches ~30 steps in 0.1-1 ms each while the CPU client's
+# queue and the prefetch buffers fill, then settles; settled blocks differ by 3-20% on a shared
+# 2-core machine, while a block that still holds the fill phase is 2-30x faster than the next.
+STEADY_BLOCK_STEPS = 8
+STEADY_BLOCK_S = 0.5
+STEADY_BLOCKS = 3
+STEADY_TOLERANCE = 1.35
+
+
+@dataclasses.dataclass
+class _Source:
+    kind: str
+    key: str
+    detail: str
+    starts_ns: list[int] = dataclasses.field(default_factory=list)
+    step_nums: list[int | None] = dataclasses.field(default_factory=list)
+    count: int = 0
+
+
+_MIN_WINDOW_STEPS = 5
+# The default window: at least DEFAULT_STEPS steps and at least WINDOW_MIN_S long (more steps
+# when steps are short); an explicit --steps N traces exactly N.
+DEFAULT_STEPS = 20
+WINDOW_MIN_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Snapshot:
+    """Counters read at one edge of the trace window, when it opened or when it closed."""
+
+    #: Unix time.
+    wall_ns: int
+    #: This process's CPU time.
+    cpu_ns: int
+    #: Each Grain worker probe's last counters, by file name (empty without probes).
+    workers: dict[str, dict[str, Any]]
+
+
+class _Steady:
+    """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
+
+    def __init__(self, block_steps: int) -> None:
+        self.block_steps = block_steps
+        self.block_start = 1  # step 0 compiles: never in a block
+        self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
+
+    def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
+        """Close every block complete in the first ``count`` (default all) of ``starts_ns``,
+        the start times of steps 0, 1, ..."""
+        n = len(starts_ns) if count is None else count
+        while True:
+            first = self.block_start
+            last = first + self.block_steps  # the step whose start ends the block
+            if last >= n:
+                return
+            while last < n - 1 and starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9:
+                last += 1
+            span = starts_ns[last] - starts_ns[first]
+            if span < STEADY_BLOCK_S * 1e9:
+                return
+            self.blocks.append((first, last - 1, span / (last - first) / 1e6))
+            self.block_start = last
+
+    def is_steady(self) -> bool:
+        if len(self.blocks) < STEADY_BLOCKS:
+            return False
+        means = [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
+        return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
+
+    def _means(self) -> str:
+        return ", ".join(f"{b[2]:.1f}" for b in self.blocks[-STEADY_BLOCKS:])
+
+    def describe(self) -> str:
+        means = self._means()
+        return f"mean step of the last blocks {means} ms" if means else "no complete block"
+
+    def reason(self, index: int) -> str:
+        first = self.blocks[-STEADY_BLOCKS][0]
+        return (
+            f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
+            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other "
+            f"({self._means()} ms); traced from step {index}"
+        )
+
+
+class _Capture:
+    """Counts steps, opens and closes the trace window, and writes the child's report."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.phase = _WAITING
+        skip = config.get("skip_steps")
+        self.skip: int | None = None if skip is None else int(skip)
+        # None: the default window, DEFAULT_STEPS steps and at least WINDOW_MIN_S long.
+        requested = config.get("steps")
+        self.steps = DEFAULT_STEPS if requested is None else int(requested)
+        self.window_min_s = WINDOW_MIN_S if requested is None else 0.0
+        self.max_wait_s = float(config["max_wait_s"])
+        self.window_max_s = float(config["window_max_s"])
+        self.steady: _Steady | None = None
+        self.window_rule: str | None = None
+        self.window_reason: str | None = None
+        self.batches_in_window = 0
+        self.worker_stats_dir: str | None = None
+        self.at_open: _Snapshot | None = None
+        self.at_close: _Snapshot | None = None
+        self.forced = config.get("step_source") or "auto"
+        self.sources: dict[tuple[str, str], _Source] = {}
+        self.chosen: _Source | None = None
+        self.window_first: int | None = None
+        self.window_end: int | None = None  # the step whose start closed the window
+        self.window_complete = False
+        self.trace_start_ns: int | None = None
+        self.trace_stop_ns: int | None = None
+        self.trace_files: list[str] = []
+        self.notes: list[str] = []
+        self.partial_reasons: list[str] = []
+        self.stopped_by_us = False
+        self.ended_how: str | None = None
+        self.script_start_ns = time.time_ns()
+        self.step_traceme: Any = None
+        self.grain_events: list[dict[str, Any]] = []
+        self.batch_bytes: int | None = None
+        self.device_tracer_applied: bool | None = None
+        self.grain_worker_profiling: bool | None = None
+        self.distributed: dict[str, int] | None = None
+        self.thread_state = threading.local()
+        self.main_thread = threading.main_thread()
+
+    # -- helpers used by the hooks ------------------------------------------------------------
+
+    def active(self) -> bool:
+        """Hooks do nothing in forked children and outside the main thread."""
+        return os.getpid() == self.pid and threading.current_thread() is self.main_thread
+
+    def tracing(self) -> bool:
+        return self.phase == _TRACING and os.getpid() == self.pid
+
+    def annotate(self, name: str, **stats: Any) -> contextlib.AbstractContextManager[Any]:
+        if not self.tracing():
+            return contextlib.nullcontext()
+        jax_profiler = sys.modules.get("jax.profiler")
+        if jax_profiler is None:
+            return contextlib.nullcontext()
+        ctx: contextlib.AbstractContextManager[Any] = jax_profiler.TraceAnnotation(name, **stats)
+        return ctx
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def on_step(self, kind: str, key: str, detail: str, step_num: int | None = None) -> None:
+        """Called at the start of every candidate step, on the main thread."""
+        if self.forced not in ("auto", kind):
+            return
+        now = time.time_ns()
+        with self.lock:
+            src = self.sources.get((kind, key))
+            if src is None:
+                src = self.sources[(kind, key)] = _Source(kind, key, detail)
+            index = src.count
+            src.count += 1
+            if len(src.starts_ns) < _MAX_STEPS_KEPT:
+                # Kept after the window too: the whole run's step times show whether the
+                # traced window is representative.
+                src.starts_ns.append(now)
+                src.step_nums.append(step_num)
+            if self.phase == _DONE:
+                return
+            chosen = self.chosen
+            if chosen is None or _PRIORITY[kind] < _PRIORITY[chosen.kind]:
+                if kind == SOURCE_JIT and index < self._jit_wait():
+                    # Not yet known to be the most dispatched function: wait until one
+                    # of them has been called that often.
+                    return
+                self.chosen = src
+                self.steady = None
+                if self.phase == _TRACING:
+                    # A better step marker appeared after the window opened (possible with
+                    # --skip-steps 0): count the window in its steps from here.
+                    self.window_first = index
+                    self._enter_step_annotation(index, step_num)
+                    return
+            elif src is not chosen:
+                return
+            if self.phase == _WAITING and self._window_may_open(src, index, now):
+                if self._start_trace():
+                    self.window_first = index
+                    self._enter_step_annotation(index, step_num)
+            elif self.phase == _TRACING and self.window_first is not None:
+                traced = index - self.window_first
+                elapsed_s = (now - (self.trace_start_ns or now)) / 1e9
+                long_enough = elapsed_s >= self.window_max_s and traced >= _MIN_WINDOW_STEPS
+                # At least WINDOW_MIN_S long: enough bursts of a worker pipeline, and enough
+                # time for the worker probes' 50 ms counters to measure a rate.
+                enough = traced >= self.steps and elapsed_s >= self.window_min_s
+                if enough or long_enough:
+                    self.window_end = index
+                    if traced < self.steps:
+                        self.notes.append(
+                            f"the window closed after {traced} step(s), its time limit of "
+                            f"{self.window_max_s:g} s, before the {self.steps} requested"
+                        )
+                    self.window_complete = True
+                    self._stop_trace()
+                    if self.config.get("stop_after"):
+                        self.stopped_by_us = True
+                        raise _StopAfter()
+                else:
+                    self._enter_step_annotation(index, step_num)
+
+    def _jit_wait(self) -> int:
+        return self.skip if self.skip is not None else STEADY_BLOCK_STEPS
+
+    def _window_may_open(self, src: _Source, index: int, now: int) -> bool:
+        """Whether the window opens at step ``index``: after a fixed skip when one was given,
+        else once the run is steady (or has waited ``max_wait_s``)."""
+        if self.skip is not None:
+            if index >= self.skip:
+                self.window_rule = "skip"
+                self.window_reason = f"skipped {self.skip} step(s) (--skip-steps)"
+                return True
+            return False
+        if self.steady is None:
+            workers = self._grain_setting("mp_prefetch", "num_workers") or 0
+            self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
+        steady = self.steady
+        steady.add(src.starts_ns, index + 1)
+        if steady.is_steady():
+            self.window_rule = "steady"
+            self.window_reason = steady.reason(index)
+            return True
+        waited = (now - self.script_start_ns) / 1e9
+        if waited >= self.max_wait_s and index >= 2:
+            self.window_rule = "time_bound"
+            self.window_reason = (
+                f"not steady after {waited:.0f} s ({index} steps; {steady.describe()}): "
+                f"traced from step {index} anyway (--max-wait)"
+            )
+            self.notes.append(self.window_reason)
+            return True
+        return False
+
+    def _enter_step_annotation(self, index: int, step_num: int | None) -> None:
+        self._exit_step_annotation()
+        jax_profiler = sys.modules.get("jax.profiler")
+        if jax_profiler is None:
+            return
+        stats: dict[str, Any] = {"step_index": index}
+        if step_num is not None:
+            stats["step_num"] = step_num
+        # Opened here and closed at the next step's start: a step with no user annotation
+        # spans from one batch fetch (or jit call) to the next.
+        traceme = jax_profiler.TraceAnnotation(ANN_STEP, **stats)
+        traceme.__enter__()
+        self.step_traceme = traceme
+
+    def _exit_step_annotation(self) -> None:
+        traceme, self.step_traceme = self.step_traceme, None
+        if traceme is not None:
+            with contextlib.suppress(Exception):
+                traceme.__exit__(None, None, None)
+
+    # -- the profiler -------------------------------------------------------------------------
+
+    def _start_trace(self) -> bool:
+        try:
+            import jax.profiler
+
+            options = jax.profiler.ProfileOptions()
+            options.host_tracer_level = int(self.config["host_tracer_level"])
+            options.python_tracer_level = int(self.config["python_tracer_level"])
+            level = self.config.get("device_tracer_level")
+            if level is not None and hasattr(options, "device_tracer_level"):
+                options.device_tracer_level = int(level)
+                self.device_tracer_applied = True
+            else:
+                self.device_tracer_applied = False
+            pathlib.Path(self.config["export_dir"]).mkdir(parents=True, exist_ok=True)
+            jax.profiler.start_trace(self.config["export_dir"], profiler_options=options)
+        except Exception as exc:
+            self.phase = _DONE
+            self.partial_reasons.append(f"the profiler could not start: {exc}")
+            _warn(f"could not start the profiler ({exc}); the script goes on untraced")
+            return False
+        self.trace_start_ns = time.time_ns()
+        self.at_open = self._snapshot()
+        self.phase = _TRACING
+        return True
+
+    def _stop_trace(self) -> None:
+        """Stop the profiler and move the exported files into the run directory."""
+        self._exit_step_annotation()
+        self.phase = _DONE
+        self.trace_stop_ns = time.time_ns()
+        self.at_close = self._snapshot()
+        # Now, while the script's jax.distributed client is surely still up.
+        self.distributed = _distributed_info()
+        try:
+            import jax.profiler
+
+            jax_profiler: Any = jax.profiler
+            jax_profiler.stop_trace()
+            self._move_exported_files()
+        except Exception as exc:
+            self.partial_reasons.append(f"the trace could not be written: {exc}")
+            _warn(f"could not write the trace ({exc})")
+            return
+        self.write_report()
+        if self.trace_files and not self.config.get("quiet"):
+            _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
+
+    def _move_exported_files(self) -> None:
+        # jax writes <export_dir>/plugins/profile/<its run>/<host>.xplane.pb; each file is
+        # complete before we rename it into place, so the run directory never holds a
+        # half-written trace.
+        # With --host-name the files are renamed for that host; other hosts may be writing to
+        # the same run directory, so never replace a file that is already there.
+        profile_root = pathlib.Path(self.config["export_dir"], "plugins", "profile")
+        run_dir = pathlib.Path(self.config["run_dir"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        host = self.config.get("host_name")
+        for run in sorted(profile_root.iterdir()):
+            for path in sorted(run.iterdir()):
+                name = host_file_name(path.name, host) if host else path.name
+                target = run_dir / name
+                if target.exists():
+                    raise FileExistsError(f"'{target}' already exists")
+                path.replace(target)
+                self.trace_files.append(name)
+        shutil.rmtree(self.config["export_dir"], ignore_errors=True)
+
+    def _window_text(self) -> str:
+        chosen = self.chosen
+        if chosen is None or self.window_first is None:
+            return "time window"
+        last = self._window_last()
+        return f"steps {self.window_first}-{last} ({chosen.detail})"
+
+    def _window_last(self) -> int | None:
+        if self.chosen is None or self.window_first is None:
+            return None
+        seen_last = self.chosen.count - 1
+        if self.window_complete and self.window_end is not None:
+            return self.window_end - 1
+        return max(self.window_first, seen_last)
+
+    # -- time window --------------------------------------------------------------------------
+
+    def start_time_window(self) -> None:
+        thread = threading.Thread(target=self._time_window, name="traceinspect-time", daemon=True)
+        thread.start()
+
+    def _time_window(self) -> None:
+        stop = threading.Event()
+        stop.wait(float(self.config["delay_s"]))
+        with self.lock:
+            # Any candidate step seen (even a jitted function not yet chosen) means steps
+            # will be found: the time window is only the last resort.
+            if self.phase != _WAITING or (self.forced == "auto" and self.sources):
+                return
+            if "jax" not in sys.modules:
+                self.notes.append("time window skipped: the script had not imported jax")
+                return
+            detail = f"time window of {self.config['duration_s']} s"
+            self.chosen = _Source(SOURCE_TIME, "time", detail)
+            if not self._start_trace():
+                return
+        stop.wait(float(self.config["duration_s"]))
+        with self.lock:
+            if self.phase != _TRACING:
+                return
+            self.window_complete = True
+            self._stop_trace()
+            if self.config.get("stop_after"):
+                self.stopped_by_us = True
+                self.stop_requested = True
+                import _thread
+
+                _thread.interrupt_main(signal.SIGTERM)
+
+    stop_requested = False
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def finish(self, how: str) -> None:
+        """Close the trace window however the script ended, then write the report."""
+        # A second Ctrl-C must not cut the trace file in half.
+        saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._finish(how)
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+    def _finish(self, how: str) -> None:
+        with self.lock:
+            self.ended_how = how
+            if self.phase == _TRACING:
+                if how != "returned":
+                    self.partial_reasons.append(f"the script {how} inside the window")
+                else:
+                    self.partial_reasons.append("the script ended inside the window")
+                self._stop_trace()
+            elif self.phase == _WAITING:
+                seen = self.chosen.count if self.chosen is not None else 0
+                waiting_for = (
+                    f"{self.skip} to skip"
+                    if self.skip is not None
+                    else "not yet steady: "
+                    + (self.steady.describe() if self.steady else "too few steps")
+                    + "; give --skip-steps N to trace after a fixed number of steps"
+                )
+                self.partial_reasons.append(
+                    f"the script {how} before the window opened ({seen} step(s) seen,"
+                    f" {waiting_for})"
+                )
+                self.phase = _DONE
+            self.write_report()
+            if self.worker_stats_dir is not None:
+                shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
+
+    def report(self) -> ChildReportJSON:
+        """What the parent adds to the sidecar (traceinspect.sidecar declares the format)."""
+        distributed = self.distributed or _distributed_info() or _NOT_DISTRIBUTED
+        chosen = self.chosen
+        steps: list[StepJSON] = []
+        last = self._window_last()
+        if chosen is not None and chosen.kind != SOURCE_TIME:
+            starts = chosen.starts_ns
+            for i, start in enumerate(starts):
+                wall_ms = (starts[i + 1] - start) / 1e6 if i + 1 < len(starts) else None
+                traced = (
+                    self.window_first is not None
+                    and last is not None
+                    and self.window_first <= i <= last
+                    and self.trace_start_ns is not None
+                )
+                steps.append(
+                    {
+                        "index": i,
+                        "step_num": chosen.step_nums[i],
+                        "start_unix_ns": start,
+                        "wall_ms": wall_ms,
+                        "traced": traced,
+                    }
+                )
+        return {
+            "step_source": chosen.kind if chosen is not None else None,
+            "step_source_detail": chosen.detail if chosen is not None else None,
+            "window": {
+                "skip_steps": self.skip,
+                "rule": self.window_rule,
+                "reason": self.window_reason,
+                "requested_steps": self.steps,
+                "first_step": self.window_first,
+                "last_step": last,
+                "complete": self.window_complete,
+                "trace_start_unix_ns": self.trace_start_ns,
+                "trace_stop_unix_ns": self.trace_stop_ns,
+            },
+            "steps": steps,
+            "steps_seen": chosen.count if chosen is not None else 0,
+            "trace_files": self.trace_files,
+            "partial_reasons": self.partial_reasons,
+            "notes": self.notes,
+            "stopped_by_traceinspect": self.stopped_by_us,
+            "ended": self.ended_how,
+            "script_start_unix_ns": self.script_start_ns,
+            "profiler": {
+                "host_tracer_level": self.config["host_tracer_level"],
+                "python_tracer_level": self.config["python_tracer_level"],
+                "device_tracer_level": self.config.get("device_tracer_level"),
+                "device_tracer_level_applied": self.device_tracer_applied,
+                "grain_worker_profiling": self.grain_worker_profiling,
+            },
+            "host": _host_info(),
+            "versions": _versions(),
+            "backend": _backend_info(),
+            "grain": self._grain_summary(),
+            "process_index": distributed["process_index"],
+            "process_count": distributed["process_count"],
+        }
+
+    def write_report(self) -> None:
+        try:
+            _write_json_atomic(self.config["report_path"], self.report())
+        except Exception as exc:
+            _warn(f"could not write the capture report ({exc})")
+
+    # -- grain observations -------------------------------------------------------------------
+
+    def grain_event(self, kind: str, **fields: Any) -> None:
+        if os.getpid() != self.pid or len(self.grain_events) >= _MAX_GRAIN_EVENTS:
+            return
+        self.grain_events.append({"kind": kind, "unix_ns": time.time_ns(), **fields})
+
+    def _grain_setting(self, kind: str, field: str, before: int | None = None) -> Any:
+        """The last value of ``field`` in Grain constructions of ``kind`` seen before
+        ``before`` (Unix ns; default now)."""
+        before = before or time.time_ns()
+        values = [
+            e[field]
+            for e in self.grain_events
+            if e["kind"] == kind and e.get(field) is not None and e["unix_ns"] <= before
+        ]
+        return values[-1] if values else None
+
+    def _grain_summary(self) -> GrainJSON | None:
+        if "grain" not in sys.modules and not self.grain_events:
+            return None
+
+        def last(kind: str, field: str) -> Any:
+            return self._grain_setting(kind, field, self.trace_start_ns)
+
+        workers = last("mp_prefetch", "num_workers")
+        buffer = last("mp_prefetch", "per_worker_buffer_size")
+        if workers is None:
+            workers = last("DataLoader", "worker_count")
+            buffer = last("DataLoader", "worker_buffer_size")
+        read_threads = last("ReadOptions", "num_threads")
+        if read_threads is None:
+            read_threads = last("DataLoader", "read_threads")
+        return {
+            "workers_override": self.config.get("workers"),
+            "worker_count": workers,
+            "per_worker_buffer_size": buffer,
+            "read_threads": read_threads,
+            "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
+            "batch_size": last("batch", "batch_size"),
+            "bytes_per_batch": self.batch_bytes,
+            "workers_measured": self._workers_measured(),
+            "observed": self.grain_events,
+        }
+
+    # -- Grain worker processes ---------------------------------------------------------------
+
+    def worker_probe_dir(self) -> str:
+        """Where the worker probes write their counters (made on first use)."""
+        if self.worker_stats_dir is None:
+            import tempfile
+
+            self.worker_stats_dir = tempfile.mkdtemp(prefix="traceinspect-workers-")
+        return self.worker_stats_dir
+
+    def _snapshot(self) -> _Snapshot:
+        """This process's CPU time and the worker probes' counters, now."""
+        cpu_ns = time.process_time_ns()
+        wall_ns = time.time_ns()
+        workers: dict[str, dict[str, Any]] = {}
+        if self.worker_stats_dir is not None:
+            with contextlib.suppress(OSError):
+                for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        workers[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        return _Snapshot(wall_ns=wall_ns, cpu_ns=cpu_ns, workers=workers)
+
+    def _workers_measured(self) -> WorkersMeasuredJSON | None:
+        """Each worker's activity over the window: counter differences between its open and
+        close (each worker's own clock: a probe writes every ~50 ms)."""
+        start, stop = self.at_open, self.at_close
+        if start is None or stop is None or not start.workers or not stop.workers:
+            return None
+        workers: list[WorkerJSON] = []
+        for key, end in sorted(stop.workers.items()):
+            begin = start.workers.get(key)
+            if begin is None:
+                continue
+            wall_s = (end["t_ns"] - begin["t_ns"]) / 1e9
+            if wall_s <= 0:
+                continue
+            workers.append(
+                {
+                    "index": end.get("index"),
+                    "pid": end.get("pid"),
+                    "wall_s": round(wall_s, 4),
+                    "elements": end["elements"] - begin["elements"],
+                    "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
+                    "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
+                    "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
+                    "rss_bytes": end.get("rss_bytes"),
+                    "timed_elements": bool(end.get("timed")),
+                }
+            )
+        if not workers:
+            return None
+        return {
+            "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
+            "batches": self.batches_in_window,
+            "elements": sum(w["elements"] for w in workers),
+            "main_process_cpu_s": round((stop.cpu_ns - start.cpu_ns) / 1e9, 4),
+            "workers": workers,
+        }
