@@ -40,6 +40,9 @@ def test_bundled_trace_gets_its_verdict(entry: dict[str, Any]) -> None:
         return
     analysis = traceinspect.analyze(trace)
     assert analysis.verdict == entry["verdict"], analysis.summary
+    if "stage" in entry:
+        assert analysis.input_stages is not None
+        assert analysis.input_stages.dominant == entry["stage"], analysis.input_stages
     knee_of = entry.get("knee_of")
     if knee_of is not None:
         knee = FAMILY["knees"][knee_of]

@@ -31,6 +31,9 @@ XLA_CPU_LINE = re.compile(r"^tf_(XLAPjRtCpuClient|XLAEigen|XLACpu)")
 # Small programs run synchronously on the thread that calls them: only the execute call shows.
 INLINE_EXECUTE = re.compile(r"^(CommonPjRtLoadedExecutable::ExecuteHelper|ThunkExecutor::Execute)")
 
+# --- host-to-device transfer on the training thread (jax.device_put, jit arguments) ---------
+TRANSFER_EVENT = re.compile(r"^(DevicePut|TransferToDevice.*|.*H2D.*)$")
+
 # --- what the training thread waits on ---------------------------------------------------
 INPUT_EVENT = re.compile(
     r"(Iterator\.__next__$|^" + re.escape(ANN_NEXT_BATCH) + r"$|IteratorGetNext"

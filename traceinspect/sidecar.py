@@ -147,6 +147,22 @@ class WorkersMeasuredJSON(TypedDict):
     workers: list[WorkerJSON]
 
 
+class StagesJSON(TypedDict):
+    """Time spent in each stage of the input pipeline over the window, by where it ran
+    (``workers``, ``threads``, ``main``; see :data:`traceinspect.vocabulary.PLACES`): the
+    self time of Grain's dataset ``__getitem__`` and iterator ``__next__`` calls, by
+    class (sources: ``read``; batching: ``batch``; every other transformation:
+    ``preprocessing``)."""
+
+    window_s: float
+    batches: int
+    #: Elements the workers put in their buffers over the window (each worker's own clock):
+    #: what their stage times were spent on. None without worker processes.
+    worker_elements: int | None
+    seconds: dict[str, dict[str, float]]  # place -> stage -> seconds
+    calls: dict[str, dict[str, int]]  # place -> stage -> calls timed
+
+
 class GrainJSON(TypedDict):
     workers_override: int | None
     worker_count: int | None
@@ -156,6 +172,7 @@ class GrainJSON(TypedDict):
     batch_size: int | None
     bytes_per_batch: int | None
     workers_measured: WorkersMeasuredJSON | None
+    stages: StagesJSON | None
     observed: list[dict[str, Any]]
 
 
@@ -261,6 +278,17 @@ class WorkersMeasured:
 
 
 @dataclass(frozen=True)
+class StagesMeasured:
+    """Self time per input-pipeline stage over the window, by where it ran (seconds)."""
+
+    window_s: float | None
+    batches: int
+    worker_elements: int | None
+    seconds: dict[str, dict[str, float]]  # place -> stage -> seconds
+    calls: dict[str, dict[str, int]]  # place -> stage -> calls timed
+
+
+@dataclass(frozen=True)
 class GrainSettings:
     """Grain's settings as the script made them (the last of each before the window)."""
 
@@ -272,6 +300,7 @@ class GrainSettings:
     bytes_per_batch: int | None = None
     workers_override: int | None = None
     measured: WorkersMeasured | None = None
+    stages: StagesMeasured | None = None
 
 
 @dataclass(frozen=True)
@@ -388,6 +417,33 @@ def _grain(value: object) -> GrainSettings | None:
         bytes_per_batch=_read_int(g.get("bytes_per_batch")),
         workers_override=_read_int(g.get("workers_override")),
         measured=_measured(g.get("workers_measured")),
+        stages=_read_stages(g.get("stages")),
+    )
+
+
+def _read_stages(value: object) -> StagesMeasured | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    s = cast(StagesJSON, value)
+
+    def table(raw: object, number: type[float] | type[int]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for place, row in _read_mapping(raw).items():
+            values = {
+                str(stage): number(v)
+                for stage, v in _read_mapping(row).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+            if isinstance(place, str) and values:
+                out[place] = values
+        return out
+
+    return StagesMeasured(
+        window_s=_read_float(s.get("window_s")),
+        batches=_read_int(s.get("batches")) or 0,
+        worker_elements=_read_int(s.get("worker_elements")),
+        seconds=table(s.get("seconds"), float),
+        calls=table(s.get("calls"), int),
     )
 
 

@@ -40,3 +40,13 @@ DOMINATES: Final = 0.20
 def band(fraction: float) -> str:
     """XProf's bands for a cause's share of step time: "dominates", "matters" or ""."""
     return "dominates" if fraction >= DOMINATES else "matters" if fraction >= MATTERS else ""
+
+
+#: Where a batch's time goes: reading records, transforming them, batching them, the training
+#: thread waiting on a prefetch buffer, and the host-to-device transfer.
+Stage = Literal["read", "preprocessing", "batch", "prefetch", "transfer"]
+STAGES: Final[tuple[Stage, ...]] = ("read", "preprocessing", "batch", "prefetch", "transfer")
+#: Where a stage ran: Grain worker processes, other threads of the training process, or the
+#: training thread itself.
+Place = Literal["workers", "threads", "main"]
+PLACES: Final[tuple[Place, ...]] = ("workers", "threads", "main")

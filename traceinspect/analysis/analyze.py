@@ -28,7 +28,14 @@ from traceinspect.analysis.attribution import (
     sync_sites,
 )
 from traceinspect.analysis.executions import StepWork, step_work
-from traceinspect.analysis.result import Analysis, StepSummary, Timeline
+from traceinspect.analysis.input_stages import input_stages, stage_advice, transfer_ns_per_step
+from traceinspect.analysis.result import (
+    INPUT_STAGE,
+    Analysis,
+    Recommendation,
+    StepSummary,
+    Timeline,
+)
 from traceinspect.analysis.steps import Steps, find_steps
 from traceinspect.analysis.training_thread import HostActivity, training_thread_activity
 from traceinspect.analysis.window import (
@@ -112,6 +119,14 @@ def analyze(trace: Trace) -> Analysis:
         # First when input is the problem; after "remove the sync" otherwise.
         first = verdict.verdict == "input-bound"
         advice = (workers, *advice) if first else (*advice, workers)
+    stages = input_stages(
+        trace.sidecar,
+        input_wait_ns_per_step=input_per_step,
+        transfer_ns_per_step=transfer_ns_per_step(host.events, steps),
+        device_ns_per_step=device_per_step,
+    )
+    if stages is not None and verdict.verdict == "input-bound":
+        advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
     analysis = Analysis(
         path=str(trace.path),
         backend=activity.backend.kind,
@@ -134,6 +149,7 @@ def analyze(trace: Trace) -> Analysis:
         notes=tuple(notes),
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
         window=window_info,
+        input_stages=stages,
         timeline=Timeline(
             busy=activity.busy,
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),

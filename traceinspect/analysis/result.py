@@ -8,10 +8,12 @@ from typing import Any
 import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.analysis.input_stages import InputStages
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES
 
 GRAIN_WORKER_COUNT = "grain_worker_count"
+INPUT_STAGE = "input_stage"
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +49,8 @@ class Recommendation:
     expected_step_ms: float | None = None
     bounded_by: str | None = None
     measured: dict[str, Any] | None = None
+    #: input_stage: the stage of the input pipeline to fix first.
+    stage: str | None = None
     #: Pod-wide kinds: the host it is about; grain_worker_count: each host's own count.
     host: str | None = None
     per_host: dict[str, int] | None = None
@@ -79,6 +83,8 @@ class Recommendation:
             out["bounded_by"] = self.bounded_by
         if self.measured is not None:
             out["measured"] = self.measured
+        if self.stage is not None:
+            out["stage"] = self.stage
         if self.host is not None:
             out["host"] = self.host
         if self.per_host is not None:
@@ -141,6 +147,8 @@ class Analysis:
     window: dict[str, Any] | None = None
     #: What the timeline plot draws (None in the compact per-host results of a pod).
     timeline: Timeline | None = field(default=None, repr=False)
+    #: Milliseconds per batch by input-pipeline stage (None without capture's measurement).
+    input_stages: InputStages | None = None
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
@@ -194,4 +202,5 @@ class Analysis:
             ],
             "notes": list(self.notes),
             "window": self.window,
+            "input_stages": self.input_stages.to_dict() if self.input_stages else None,
         }

@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from traceinspect import schema as S
+from traceinspect.analysis.input_stages import InputStages
 from traceinspect.analysis.result import Analysis
-from traceinspect.vocabulary import CAUSES, band
+from traceinspect.vocabulary import CAUSES, STAGES, band
+
+
+def _stages_line(st: InputStages) -> str:
+    """``Input     per batch: read 4.10 ms (workers), ...; largest: ...``"""
+    parts = []
+    for stage in STAGES:
+        name = "prefetch wait" if stage == "prefetch" else stage
+        where = f" ({st.where[stage]})" if stage not in ("prefetch", "transfer") else ""
+        parts.append(f"{name} {st.ms_per_batch[stage]:,.2f} ms{where}")
+    workers = f"{st.workers} worker process(es)" if st.workers else "no worker processes"
+    return (
+        f"Input     per batch: {', '.join(parts)}; {workers}: the largest share of a step "
+        f"is {st.dominant} ({st.effective_ms[st.dominant]:,.2f} ms against "
+        f"{st.budget_ms:,.2f} ms of device work)"
+    )
 
 
 def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
@@ -31,6 +47,8 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
         f"device work {a.device_busy_ms_per_step:,.2f} ms/step, training thread in input "
         f"(fetching or waiting for batches) {a.input_ms_per_step:,.2f} ms/step"
     )
+    if a.input_stages is not None:
+        out.append(_stages_line(a.input_stages))
     out.append("")
     out.append("Idle time by cause (summed over the steps)")
     for cause in CAUSES:

@@ -17,6 +17,7 @@ import pandas as pd
 from traceinspect import schema as S
 from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.straggler import PodAnalysis
+from traceinspect.report.input_plots import STAGE_COLORS
 from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,
@@ -25,7 +26,7 @@ from traceinspect.report.plots import (
     finding,
 )
 from traceinspect.trace import Trace
-from traceinspect.vocabulary import CAUSES, band
+from traceinspect.vocabulary import CAUSES, STAGES, band
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,6 +38,11 @@ FIGURE_CAPTIONS = {
     ),
     "step_breakdown": "Each step's time: device busy, then idle time by cause.",
     "gap_distribution": "Every idle gap by duration, grouped by the cause of most of it.",
+    "input_stages": (
+        "Where a batch's time goes, by input-pipeline stage (worker stages divided by the "
+        "worker count), against the device's work per step (dashed): a batch that takes "
+        "longer than the line makes the device wait."
+    ),
 }
 
 _CSS = """
@@ -87,7 +93,26 @@ def _numbers(a: Analysis) -> str:
         f"<table>{head}</table>"
         "<h2>Idle time by cause</h2>"
         "<table><tr><th>cause</th><th>idle ms (all steps)</th><th>of step time</th>"
-        f"<th></th></tr>{causes}</table>"
+        f"<th></th></tr>{causes}</table>" + _stages_table(a)
+    )
+
+
+def _stages_table(a: Analysis) -> str:
+    """The input pipeline's stages, when capture measured them."""
+    st = a.input_stages
+    if st is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_chip(STAGE_COLORS[s])}{escape(s)}</td>"
+        f'<td class="num">{st.ms_per_batch[s]:,.2f}</td>'
+        f'<td class="num">{st.effective_ms[s]:,.2f}</td><td>{escape(st.where[s])}</td></tr>'
+        for s in STAGES
+    )
+    return (
+        f"<h2>Input pipeline by stage</h2><p>Largest share of a step: <b>{escape(st.dominant)}"
+        f"</b>, against {st.budget_ms:,.2f} ms of device work per step.</p>"
+        "<table><tr><th>stage</th><th>ms per batch</th><th>ms per step (with workers)</th>"
+        f"<th>where</th></tr>{rows}</table>"
     )
 
 

@@ -386,12 +386,17 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
 
 
 def analysis_figures(trace: Trace, analysis: Analysis) -> dict[str, Figure]:
-    """The three figures of an analysis, by name (:data:`FIGURE_NAMES`)."""
+    """The figures of an analysis, by name (:data:`FIGURE_NAMES`, and ``input_stages`` when
+    capture measured the input pipeline's stages)."""
     axes = {
         "timeline": plot_timeline(trace, analysis),
         "step_breakdown": plot_step_breakdown(analysis),
         "gap_distribution": plot_gap_distribution(analysis),
     }
+    if analysis.input_stages is not None:
+        from traceinspect.report.input_plots import plot_input_stages
+
+        axes["input_stages"] = plot_input_stages(analysis.input_stages)
     return {name: _figure_of(ax) for name, ax in axes.items()}
 
 

@@ -138,7 +138,7 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
             # Grain cloudpickles this into each worker process; _worker_probe is pickled by
             # value (it claims __main__, below), so the worker needs nothing of ours.
             worker_init_fn = functools.partial(
-                _worker_probe, cap.worker_probe_dir(), worker_init_fn
+                _worker_probe, cap.worker_probe_dir(), worker_init_fn, _time_stages
             )
         return real_mp_prefetch(self, options, worker_init_fn, *args, **kwargs)
 
@@ -184,10 +184,150 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
     if cap.config.get("grain_worker_profiling"):
         cap.grain_worker_profiling = _enable_worker_profiling()
+    cap.stage_table = _time_stages(False)
+
+
+#: A stage table: where -> stage -> [self time in ns, calls].
+StageTable = dict[str, dict[str, list[int]]]
+
+
+def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
+    """Time the stages of Grain pipelines in this process; return a function that gives the
+    cumulative table so far (where -> stage -> [self ns, calls]).
+
+    Every ``__getitem__`` / ``_getitems`` / ``__getitems__`` of a ``MapDataset`` class and
+    every ``__next__`` of a ``DatasetIterator`` class, present and future, is wrapped to
+    add its *self* time (its own time less that of the wrapped calls inside it) to its
+    class's stage: sources read (``read``), batching classes batch (``batch``), prefetch
+    classes wait for others (not a stage: left out), every other transformation is
+    ``preprocessing``. Where: ``workers`` in an ``mp_prefetch`` worker, else ``main`` on the
+    main thread and ``threads`` on any other. Each thread adds to its own table, so no
+    increment is lost between threads.
+
+    Installed once per process (the table function is kept on Grain's dataset module).
+    Self-contained (imports inside, no module globals) because it is pickled by value into
+    worker processes.
+    """
+    import functools as _functools
+    import sys as _sys
+    import threading as _threading
+    import time as _time
+
+    dataset_mod = _sys.modules.get("grain._src.python.dataset.dataset")
+    if dataset_mod is None:
+        return dict
+    existing = getattr(dataset_mod, "_traceinspect_stage_table", None)
+    if existing is not None:
+        return existing
+    main = _threading.main_thread()
+    local = _threading.local()
+    tables: list[StageTable] = []
+    lock = _threading.Lock()
+    clock = _time.perf_counter_ns
+
+    def stage_of(cls: type) -> str | None:
+        name = cls.__name__.lower()
+        if "prefetch" in name:
+            return None
+        if "source" in name:
+            return "read"
+        if "batch" in name:
+            return "batch"
+        return "preprocessing"
+
+    def own() -> tuple[StageTable, list[list[int]]]:
+        table = getattr(local, "table", None)
+        if table is None:
+            table = local.table = {}
+            local.stack = []
+            with lock:
+                tables.append(table)
+        return table, local.stack
+
+    def wrap(cls: type, name: str) -> None:
+        orig = cls.__dict__.get(name)
+        if not callable(orig) or getattr(orig, "_traceinspect_stage", False):
+            return
+        stage = stage_of(cls)
+
+        @_functools.wraps(orig)
+        def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+            table, stack = own()
+            inner = [0]
+            stack.append(inner)
+            start = clock()
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                stack.pop()
+                if stack:
+                    stack[-1][0] += elapsed
+                if stage is not None:
+                    where = (
+                        "workers"
+                        if in_worker
+                        else "main"
+                        if _threading.current_thread() is main
+                        else "threads"
+                    )
+                    cell = table.setdefault(where, {}).setdefault(stage, [0, 0])
+                    cell[0] += elapsed - inner[0]
+                    cell[1] += 1
+
+        timed._traceinspect_stage = True  # type: ignore[attr-defined]
+        setattr(cls, name, timed)
+
+    def install(base: Any, names: tuple[str, ...]) -> None:
+        def walk(cls: type) -> None:
+            for name in names:
+                wrap(cls, name)
+            sub: type
+            for sub in cls.__subclasses__():
+                walk(sub)
+
+        walk(base)
+        previous = base.__dict__.get("__init_subclass__")
+
+        def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
+            if previous is not None:
+                previous.__func__(cls, **kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            for name in names:
+                wrap(cls, name)
+
+        base.__init_subclass__ = classmethod(__init_subclass__)
+
+    install(dataset_mod.MapDataset, ("__getitem__", "_getitems", "__getitems__"))
+    install(dataset_mod.DatasetIterator, ("__next__",))
+
+    def snapshot() -> StageTable:
+        with lock:
+            current = list(tables)
+        out: StageTable = {}
+        for table in current:
+            for where, row in list(table.items()):
+                for stage, (ns, calls) in list(row.items()):
+                    cell = out.setdefault(where, {}).setdefault(stage, [0, 0])
+                    cell[0] += ns
+                    cell[1] += calls
+        return out
+
+    setattr(dataset_mod, "_traceinspect_stage_table", snapshot)  # noqa: B010
+    return snapshot
+
+
+# Pickled by value into spawned workers, as _worker_probe below.
+_time_stages.__module__ = "__main__"
 
 
 def _worker_probe(
-    stats_dir: str, user_init: Callable[[int, int], None] | None, index: int, count: int
+    stats_dir: str,
+    user_init: Callable[[int, int], None] | None,
+    time_stages: Callable[[bool], Callable[[], StageTable]] | None,
+    index: int,
+    count: int,
 ) -> None:
     """Runs in each Grain ``mp_prefetch`` worker process before it starts producing.
 
@@ -203,6 +343,7 @@ def _worker_probe(
     """
     if user_init is not None:
         user_init(index, count)
+    stage_table = time_stages(True) if time_stages is not None else None
     import json as _json
     import os as _os
     import pathlib as _pathlib
@@ -267,6 +408,7 @@ def _worker_probe(
             t_ns=_time.time_ns(),
             cpu_ns=_time.process_time_ns(),
             rss_bytes=rss(),
+            stages=stage_table() if stage_table is not None else None,
         )
         tmp = path.with_name(f"{path.name}.tmp")
         tmp.write_text(_json.dumps(counters), encoding="utf-8")

@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._base import (
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child ru
     from traceinspect.sidecar import (
         ChildReportJSON,
         GrainJSON,
+        StagesJSON,
         StepJSON,
         WorkerJSON,
         WorkersMeasuredJSON,
@@ -100,6 +101,8 @@ class _Snapshot:
     cpu_ns: int
     #: Each Grain worker probe's last counters, by file name (empty without probes).
     workers: dict[str, dict[str, Any]]
+    #: This process's input-pipeline stage table (where -> stage -> [self ns, calls]).
+    stages: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
 
 
 class _Steady:
@@ -170,6 +173,8 @@ class _Capture:
         self.window_reason: str | None = None
         self.batches_in_window = 0
         self.worker_stats_dir: str | None = None
+        #: The input-pipeline stage table of this process (set when Grain is patched).
+        self.stage_table: Callable[[], dict[str, dict[str, list[int]]]] | None = None
         self.at_open: _Snapshot | None = None
         self.at_close: _Snapshot | None = None
         self.forced = config.get("step_source") or "auto"
@@ -596,6 +601,7 @@ class _Capture:
             "batch_size": last("batch", "batch_size"),
             "bytes_per_batch": self.batch_bytes,
             "workers_measured": self._workers_measured(),
+            "stages": self._stages_measured(),
             "observed": self.grain_events,
         }
 
@@ -619,7 +625,47 @@ class _Capture:
                 for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
                     with contextlib.suppress(OSError, ValueError):
                         workers[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-        return _Snapshot(wall_ns=wall_ns, cpu_ns=cpu_ns, workers=workers)
+        stages = self.stage_table() if self.stage_table is not None else {}
+        return _Snapshot(wall_ns=wall_ns, cpu_ns=cpu_ns, workers=workers, stages=stages)
+
+    def _stages_measured(self) -> StagesJSON | None:
+        """Self time per input-pipeline stage over the window, by where it ran: this
+        process's table and each worker's, differenced between the window's edges."""
+        start, stop = self.at_open, self.at_close
+        if start is None or stop is None:
+            return None
+        seconds: dict[str, dict[str, float]] = {}
+        calls: dict[str, dict[str, int]] = {}
+
+        def add(begin: dict[str, Any], end: dict[str, Any], only: str | None) -> None:
+            for where, row in end.items():
+                if only is not None and where != only:
+                    continue
+                for stage, (ns, n) in row.items():
+                    ns0, n0 = begin.get(where, {}).get(stage, (0, 0))
+                    if n - n0 <= 0:
+                        continue
+                    seconds.setdefault(where, {}).setdefault(stage, 0.0)
+                    seconds[where][stage] += (ns - ns0) / 1e9
+                    calls.setdefault(where, {}).setdefault(stage, 0)
+                    calls[where][stage] += n - n0
+
+        add(start.stages, stop.stages, None)
+        produced: int | None = None
+        for key, end in stop.workers.items():
+            begin = start.workers.get(key)
+            if begin is not None and end.get("stages") is not None:
+                add(begin.get("stages") or {}, end["stages"], "workers")
+                produced = (produced or 0) + end["elements"] - begin["elements"]
+        if not calls:
+            return None
+        return {
+            "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
+            "batches": self.batches_in_window,
+            "worker_elements": produced,
+            "seconds": {w: {s: round(v, 6) for s, v in row.items()} for w, row in seconds.items()},
+            "calls": calls,
+        }
 
     def _workers_measured(self) -> WorkersMeasuredJSON | None:
         """Each worker's activity over the window: counter differences between its open and

@@ -1,0 +1,235 @@
+"""The input pipeline's stage table (analysis/input_stages.py) on precisely built sidecars."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceinspect import schema as S
+from traceinspect.analysis.input_stages import (
+    InputStages,
+    input_stages,
+    stage_advice,
+    transfer_ns_per_step,
+)
+from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.steps import Steps
+from traceinspect.sidecar import Sidecar, parse
+from traceinspect.trace import Trace
+from traceinspect.vocabulary import STAGES
+
+MS = 1_000_000
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "cpu_mlp_fast_input.xplane.pb"
+
+
+@pytest.fixture(scope="module")
+def sample() -> tuple[Trace, Analysis]:
+    import traceinspect
+
+    trace = traceinspect.load(SAMPLE)
+    return trace, traceinspect.analyze(trace)
+
+
+def _sidecar(workers: int, batches: int, seconds: dict[str, dict[str, float]]) -> Sidecar:
+    data: dict[str, Any] = {
+        "grain": {
+            "worker_count": workers,
+            "stages": {"window_s": 1.0, "batches": batches, "seconds": seconds, "calls": {}},
+        }
+    }
+    record = parse(data)
+    assert record is not None
+    return record
+
+
+def test_worker_stages_are_shared_by_the_workers() -> None:
+    # 2 workers over 100 batches: read 4, preprocessing 12, batch 1 ms per batch; the
+    # training thread waits 7 ms per step, less than the 8.5 ms the pipeline needs per
+    # batch with both workers at it: a stage, not the hand-over, holds the step up.
+    side = _sidecar(2, 100, {"workers": {"read": 0.4, "preprocessing": 1.2, "batch": 0.1}})
+    st = input_stages(
+        side,
+        input_wait_ns_per_step=7 * MS,
+        transfer_ns_per_step=0.5 * MS,
+        device_ns_per_step=3 * MS,
+    )
+    assert st is not None
+    assert st.ms_per_batch == {
+        "read": 4.0,
+        "preprocessing": 12.0,
+        "batch": 1.0,
+        "prefetch": 7.0,
+        "transfer": 0.5,
+    }
+    assert st.effective_ms["preprocessing"] == 6.0 and st.effective_ms["read"] == 2.0
+    assert st.dominant == "preprocessing"
+    assert st.where == {
+        "read": "workers",
+        "preprocessing": "workers",
+        "batch": "workers",
+        "prefetch": "main",
+        "transfer": "main",
+    }
+    assert st.budget_ms == 3.0 and st.workers == 2 and st.batches == 100
+    assert st.to_dict() == {
+        "dominant": "preprocessing",
+        "ms_per_batch": st.ms_per_batch,
+        "where": st.where,
+    }
+    assert "preprocessing (12.00 ms per batch in each of 2 worker(s))" in stage_advice(st)
+
+
+@pytest.mark.parametrize(("wait_ms", "dominant"), [(10.0, "preprocessing"), (11.0, "prefetch")])
+def test_a_wait_well_beyond_the_pipeline_is_the_buffers(wait_ms: float, dominant: str) -> None:
+    # The pipeline's share of a step is 8.5 ms: a 10 ms wait (1.18x) is within what a
+    # saturated pipeline shows, 11 ms (1.29x) exceeds it by more than HANDOVER_MARGIN.
+    side = _sidecar(2, 100, {"workers": {"read": 0.4, "preprocessing": 1.2, "batch": 0.1}})
+    st = input_stages(
+        side,
+        input_wait_ns_per_step=wait_ms * MS,
+        transfer_ns_per_step=0,
+        device_ns_per_step=3 * MS,
+    )
+    assert st is not None and st.dominant == dominant
+    if dominant == "prefetch":
+        assert "per_worker_buffer_size" in stage_advice(st)
+
+
+def test_worker_stages_are_per_element_the_workers_made() -> None:
+    # The loop drew 100 batches while the workers made 80 (their buffers drained): the
+    # workers' 1.2 s of preprocessing went into 80 batches, 15 ms each.
+    data: dict[str, Any] = {
+        "grain": {
+            "worker_count": 2,
+            "stages": {
+                "batches": 100,
+                "worker_elements": 80,
+                "seconds": {"workers": {"preprocessing": 1.2}, "main": {"read": 0.1}},
+            },
+        }
+    }
+    st = input_stages(
+        parse(data), input_wait_ns_per_step=0, transfer_ns_per_step=0, device_ns_per_step=MS
+    )
+    assert st is not None
+    assert st.ms_per_batch["preprocessing"] == 15.0 and st.ms_per_batch["read"] == 1.0
+
+
+def test_stages_on_the_training_thread_are_not_waiting() -> None:
+    # No workers: the training thread reads (10 ms) and maps (4 ms) each batch itself;
+    # of its 15 ms of input time per step, 1 ms is left for the prefetch iterator.
+    side = _sidecar(0, 50, {"main": {"read": 0.5, "preprocessing": 0.2}})
+    st = input_stages(
+        side, input_wait_ns_per_step=15 * MS, transfer_ns_per_step=0, device_ns_per_step=2 * MS
+    )
+    assert st is not None
+    assert st.ms_per_batch["read"] == 10.0 and st.ms_per_batch["preprocessing"] == 4.0
+    assert st.ms_per_batch["prefetch"] == pytest.approx(1.0)
+    assert st.dominant == "read" and st.where["read"] == "main"
+    # A stage that took no time is placed where the pipeline ran.
+    assert st.where["batch"] == "main"
+    assert "ReadOptions(" in stage_advice(st)
+
+
+def test_threads_and_transfer() -> None:
+    side = _sidecar(0, 10, {"threads": {"read": 0.01, "preprocessing": 0.02}})
+    st = input_stages(
+        side, input_wait_ns_per_step=0, transfer_ns_per_step=9 * MS, device_ns_per_step=2 * MS
+    )
+    assert st is not None and st.dominant == "transfer"
+    assert st.where["preprocessing"] == "threads"
+    assert "prefetch to device" in stage_advice(st)
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [
+        None,
+        parse({}),
+        parse({"grain": {"worker_count": 2}}),
+        _sidecar(2, 0, {"workers": {"read": 1.0}}),
+        _sidecar(2, 10, {"workers": {"read": 0.0}}),
+    ],
+)
+def test_no_measurement_no_table(sidecar: Sidecar | None) -> None:
+    assert (
+        input_stages(
+            sidecar, input_wait_ns_per_step=MS, transfer_ns_per_step=0, device_ns_per_step=MS
+        )
+        is None
+    )
+
+
+def test_transfer_per_step_counts_device_put_inside_the_steps() -> None:
+    events = pd.DataFrame(
+        {
+            S.NAME: pd.Categorical(["DevicePut", "DevicePut", "PjitFunction(f)", "DevicePut"]),
+            S.START_NS: np.array([5, 40, 50, 95], dtype=np.int64) * MS,
+            S.DURATION_NS: np.array([2, 3, 30, 10], dtype=np.int64) * MS,
+        }
+    )
+    steps = Steps(
+        "test",
+        np.array([0, 50], dtype=np.int64) * MS,
+        np.array([50, 100], dtype=np.int64) * MS,
+        np.array([0, 1], dtype=np.int64),
+        main_line_row=None,
+        dropped=0,
+    )
+    # 2 + 3 + the 5 ms of the last one inside the window, over 2 steps.
+    assert transfer_ns_per_step(events, steps) == 5 * MS
+
+
+def _measured_stages() -> InputStages:
+    side = _sidecar(2, 100, {"workers": {"read": 0.4, "preprocessing": 1.2, "batch": 0.1}})
+    st = input_stages(
+        side, input_wait_ns_per_step=7 * MS, transfer_ns_per_step=MS // 2, device_ns_per_step=3 * MS
+    )
+    assert st is not None
+    return st
+
+
+def test_plot_stacks_the_effective_stage_times_against_the_step() -> None:
+    from matplotlib.patches import Rectangle
+
+    from traceinspect.report.input_plots import plot_input_stages
+
+    st = _measured_stages()
+    ax = plot_input_stages(st)
+    bars = {
+        str(p.get_gid()).rsplit(":", 1)[1]: p
+        for p in ax.patches
+        if isinstance(p, Rectangle) and p.get_gid()
+    }
+    assert set(bars) == set(STAGES)
+    assert {s: bars[s].get_width() for s in STAGES} == pytest.approx(st.effective_ms)
+    # Stacked in stage order: each starts where the previous one ended.
+    lefts = [bars[s].get_x() for s in STAGES]
+    assert lefts == pytest.approx(np.cumsum([0, *[st.effective_ms[s] for s in STAGES[:-1]]]))
+    (budget,) = [ln for ln in ax.lines if ln.get_gid() == "budget:this run"]
+    assert np.asarray(budget.get_xdata()).tolist() == [3.0, 3.0]
+    runs = plot_input_stages({"1 worker": st, "2 workers": st})
+    assert len([p for p in runs.patches if p.get_gid()]) == 10
+
+
+def test_text_and_html_name_the_stages(sample: tuple[Trace, Analysis]) -> None:
+    from traceinspect.report.analyze import render_analysis
+    from traceinspect.report.html import render_html
+
+    trace, plain = sample
+    a = replace(plain, input_stages=_measured_stages())
+    text = render_analysis(a)
+    assert (
+        "Input     per batch: read 4.00 ms (workers), preprocessing 12.00 ms (workers), "
+        "batch 1.00 ms (workers), prefetch wait 7.00 ms, transfer 0.50 ms; "
+        "2 worker process(es): the largest share of a step is preprocessing "
+        "(6.00 ms against 3.00 ms of device work)"
+    ) in text
+    assert a.to_dict()["input_stages"]["dominant"] == "preprocessing"
+    page = render_html(trace, a, figures={})
+    assert "<h2>Input pipeline by stage</h2>" in page and "<b>preprocessing</b>" in page

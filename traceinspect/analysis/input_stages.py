@@ -1,0 +1,177 @@
+"""Where a batch's time goes: the input pipeline's stages, per batch, and which one to fix.
+
+Stages (:data:`~traceinspect.vocabulary.STAGES`):
+
+- ``read``, ``preprocessing``, ``batch``: measured by ``traceinspect capture`` wherever
+  the pipeline runs (Grain worker processes, the training process's threads, the training
+  thread): the self time of Grain's source, transformation and batching calls over the
+  traced window (the sidecar's ``grain.stages``). Grain's own trace annotations cannot
+  give this: a ``MapDataset`` pipeline tags only its source reads and the prefetch
+  iterator, and ``mp_prefetch`` workers are other processes, absent from the trace.
+- ``prefetch``: the training thread waiting for a batch beyond the pipeline work it did
+  itself (its input time per step, from the trace, less the stages it ran): the buffer
+  handing over batches made elsewhere.
+- ``transfer``: host-to-device copies on the training thread (``DevicePut``), from the trace.
+
+Costs are per batch: per batch the loop drew for the training process's stages, per
+element the workers made for theirs (one element is one batch when the pipeline batches
+before ``mp_prefetch``). Stages in ``n`` worker processes run ``n`` at a time, so each
+costs the step ``1/n`` of its time: the *dominant* stage is the largest after that
+division. The wait is dominant only when it exceeds the whole pipeline's share of a step
+by :data:`HANDOVER_MARGIN`: the loop then waits for batches the pipeline made in time, so
+the hand-over (buffers, copying the batch out of the worker), not a stage, holds it up.
+When the pipeline is the bottleneck the wait equals its share: measured 0.96-1.03 times
+it in 12 captures with saturated workers (``sample_traces/scenarios/stages``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from traceinspect import names as N
+from traceinspect import schema as S
+from traceinspect.analysis.steps import Steps
+from traceinspect.sidecar import Sidecar
+from traceinspect.vocabulary import PLACES, STAGES, Place, Stage
+
+#: The stages capture measures inside the pipeline.
+PIPELINE_STAGES: tuple[Stage, ...] = ("read", "preprocessing", "batch")
+#: How far the wait must exceed the pipeline's share of a step to be the hand-over's
+#: fault: well clear of the 0.96-1.03 measured when the pipeline itself is the bottleneck.
+HANDOVER_MARGIN = 1.25
+
+
+@dataclass(frozen=True)
+class InputStages:
+    """Milliseconds per batch by stage, where each ran, and the stage to fix first."""
+
+    dominant: Stage
+    ms_per_batch: dict[Stage, float]
+    where: dict[Stage, Place]
+    #: Worker processes making batches (0: in the training process).
+    workers: int
+    #: Each stage's share of a step once parallel workers are accounted for (ms per batch).
+    effective_ms: dict[Stage, float]
+    #: The device's work per step: the time a batch must beat.
+    budget_ms: float
+    batches: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dominant": self.dominant,
+            "ms_per_batch": {s: self.ms_per_batch[s] for s in STAGES},
+            "where": {s: self.where[s] for s in STAGES},
+        }
+
+
+def transfer_ns_per_step(events: Any, steps: Steps) -> float:
+    """Mean host-to-device transfer time per step on the training thread (``events``: its
+    events, as :class:`~traceinspect.analysis.training_thread.HostActivity` holds them)."""
+    if len(steps) == 0 or len(events) == 0:
+        return 0.0
+    names = events[S.NAME].astype(str)
+    mask = names.str.match(N.TRANSFER_EVENT.pattern).to_numpy()
+    starts = events[S.START_NS].to_numpy()[mask]
+    ends = starts + events[S.DURATION_NS].to_numpy()[mask]
+    lo, hi = int(steps.starts[0]), int(steps.ends[-1])
+    inside = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
+    return float(inside.sum()) / len(steps)
+
+
+def input_stages(
+    sidecar: Sidecar | None,
+    *,
+    input_wait_ns_per_step: float,
+    transfer_ns_per_step: float,
+    device_ns_per_step: float,
+) -> InputStages | None:
+    """The stage table, or None when capture measured no Grain pipeline stages."""
+    grain = sidecar.grain if sidecar is not None else None
+    measured = grain.stages if grain is not None else None
+    if grain is None or measured is None or measured.batches <= 0:
+        return None
+    # Workers' time went into the elements they made in the window, which differ from the
+    # batches the loop drew by what their buffers gained or lost (one element is one batch
+    # when the pipeline batches before mp_prefetch, as it should).
+    made = measured.worker_elements or measured.batches
+    per: dict[Place, int] = {"workers": made, "threads": measured.batches, "main": measured.batches}
+    per_place: dict[Place, dict[Stage, float]] = {
+        place: {
+            stage: measured.seconds.get(place, {}).get(stage, 0.0) * 1e3 / per[place]
+            for stage in PIPELINE_STAGES
+        }
+        for place in PLACES
+    }
+    if not any(v > 0 for row in per_place.values() for v in row.values()):
+        return None
+    workers = grain.worker_count or 0
+    parallel: dict[Place, int] = {"workers": max(workers, 1), "threads": 1, "main": 1}
+    ms: dict[Stage, float] = {}
+    eff: dict[Stage, float] = {}
+    where: dict[Stage, Place] = {}
+    # A stage that took no time is placed where the pipeline ran.
+    busiest = max(PLACES, key=lambda p: sum(per_place[p].values()))
+    for stage in PIPELINE_STAGES:
+        ms[stage] = sum(per_place[p][stage] for p in PLACES)
+        eff[stage] = sum(per_place[p][stage] / parallel[p] for p in PLACES)
+        top = max(PLACES, key=lambda p: per_place[p][stage])
+        where[stage] = top if per_place[top][stage] > 0 else busiest
+    on_main = sum(per_place["main"].values())
+    ms["prefetch"] = eff["prefetch"] = max(0.0, input_wait_ns_per_step / 1e6 - on_main)
+    ms["transfer"] = eff["transfer"] = transfer_ns_per_step / 1e6
+    where["prefetch"] = where["transfer"] = "main"
+    pipeline = sum(eff[s] for s in PIPELINE_STAGES)
+    if eff["prefetch"] > HANDOVER_MARGIN * pipeline:
+        dominant: Stage = "prefetch"
+    else:
+        dominant = max(("read", "preprocessing", "batch", "transfer"), key=lambda s: eff[s])
+    return InputStages(
+        dominant=dominant,
+        ms_per_batch={s: round(ms[s], 4) for s in STAGES},
+        where=where,
+        workers=workers,
+        effective_ms={s: round(eff[s], 4) for s in STAGES},
+        budget_ms=round(device_ns_per_step / 1e6, 4),
+        batches=measured.batches,
+    )
+
+
+def stage_advice(stages: InputStages) -> str:
+    """What to do about the dominant stage, in Grain's terms."""
+    d = stages.dominant
+    cost = f"{stages.ms_per_batch[d]:.2f} ms per batch"
+    if stages.workers and stages.where.get(d) == "workers":
+        cost += f" in each of {stages.workers} worker(s)"
+    head = f"The input pipeline's largest stage is {d} ({cost})"
+    if d == "read":
+        return (
+            f"{head}: reading records. Read with more threads (grain.ReadOptions("
+            "num_threads=...)), store records in ArrayRecord rather than one file per record "
+            "or Parquet to decode, or cache the data on local disk."
+        )
+    if d == "preprocessing":
+        return (
+            f"{head}: the map transformations. Add workers while CPU is left (see the worker "
+            "count), make the transformations cheaper or run them offline, or move "
+            "augmentation onto the device (inside the jitted step)."
+        )
+    if d == "batch":
+        return (
+            f"{head}: stacking records into batches. Keep records as fixed-shape NumPy arrays "
+            "(no Python objects per record) and batch inside the workers, before mp_prefetch."
+        )
+    if d == "transfer":
+        return (
+            f"{head}: host-to-device copies on the training thread. Transfer fewer, larger "
+            "batches, and put the next batch on the device while the step runs (prefetch to "
+            "device)."
+        )
+    return (
+        f"{head}: the training thread waits "
+        f"{stages.ms_per_batch['prefetch']:.2f} ms per batch for batches the pipeline makes "
+        "faster than that. Raise the buffers (MultiprocessingOptions(per_worker_buffer_size="
+        "...), ReadOptions(prefetch_buffer_size=...))."
+    )
