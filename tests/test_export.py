@@ -166,6 +166,7 @@ def test_the_trace_events_of_the_window_are_all_there() -> None:
     assert len(ours) == result.kept == len(inside) == 1407
     assert sum(result.dropped.values()) == 0
     assert doc["metadata"]["events"] == len(doc["traceEvents"]) == 1452
+    assert doc["metadata"]["trace_events"] == 1407
     # Same events, same times, same threads.
     tid_of_line = {}
     for e in doc["traceEvents"]:

@@ -146,7 +146,9 @@ def perfetto_trace(
     lost = np.bincount(kinds[~keep], minlength=len(KINDS))
     dropped = {k: int(n) for k, n in zip(KINDS, lost, strict=True)}
     written = naming + ours + _trace_events(trace, kept, tracks.tids, origin)
-    metadata = _metadata(trace, analysis, origin, lo, hi, len(written), max_events, dropped)
+    metadata = _metadata(
+        trace, analysis, origin, lo, hi, len(written), len(kept), max_events, dropped
+    )
     return PerfettoTrace(events=written, metadata=metadata, kept=len(kept), dropped=dropped)
 
 
@@ -547,6 +549,7 @@ def _metadata(
     lo: int,
     hi: int,
     events: int,
+    kept: int,
     max_events: int,
     dropped: dict[str, int],
 ) -> dict[str, Any]:
@@ -568,6 +571,7 @@ def _metadata(
         "window_ms": [(lo - origin) / 1e6, (hi - origin) / 1e6],
         "steps": [int(shown[0]), int(shown[-1]) + 1] if len(shown) else [],
         "events": events,
+        "trace_events": kept,  # of the events, the trace's own (the rest are traceinspect's)
         "max_events": max_events,
         "dropped_events": sum(dropped.values()),
         "dropped_by_kind": dropped,
