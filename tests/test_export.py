@@ -344,6 +344,10 @@ def test_cli_errors_are_one_line_as_analyze(tmp_path: Path) -> None:
         _assert_clean_error(code, err, needle)
     code, _, err = _run("export", str(SAMPLES / "pod" / "straggler"), "-o", str(out))
     _assert_clean_error(code, err, "4 hosts", "--host NAME")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    code, _, err = _run("export", str(SYNC), "-o", str(blocked / "t.json"))
+    _assert_clean_error(code, err, str(blocked / "t.json"), "cannot write the file")
     code, _, err = _run("export", str(SYNC), "-o", str(out), "--steps", "a:b")
     assert code == 2 and "is not of the form A:B" in err
 

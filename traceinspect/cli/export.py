@@ -119,7 +119,12 @@ def export(
         window_ms=window_ms,
         max_events=max_events,
     )
-    size = result.write(output)
+    try:
+        size = result.write(output)
+    except OSError as exc:
+        raise UsageError(
+            f"{output}: cannot write the file ({exc.strerror}); pick another -o."
+        ) from None
     if request.quiet:
         return
     if result.dropped_count:
