@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from traceinspect.analysis.straggler import PodAnalysis
     from traceinspect.pod import analyze_run
     from traceinspect.report.html import render_html
+    from traceinspect.report.perfetto import PerfettoTrace, perfetto_trace
     from traceinspect.report.plots import (
         analysis_figures,
         plot_gap_distribution,
@@ -59,6 +60,8 @@ _LAZY = {
     "plot_step_breakdown": ("traceinspect.report.plots", "plot_step_breakdown"),
     "plot_timeline": ("traceinspect.report.plots", "plot_timeline"),
     "render_html": ("traceinspect.report.html", "render_html"),
+    "PerfettoTrace": ("traceinspect.report.perfetto", "PerfettoTrace"),
+    "perfetto_trace": ("traceinspect.report.perfetto", "perfetto_trace"),
     "SweepResult": ("traceinspect.sweep", "SweepResult"),
     "run_sweep": ("traceinspect.sweep", "run_sweep"),
     "LoadInfo": ("traceinspect.trace", "LoadInfo"),
@@ -131,6 +134,7 @@ __all__ = [
     "Comparison",
     "EmptyTraceError",
     "LoadInfo",
+    "PerfettoTrace",
     "PodAnalysis",
     "SweepResult",
     "Trace",
@@ -144,6 +148,7 @@ __all__ = [
     "analyze_run",
     "compare",
     "load",
+    "perfetto_trace",
     "plot_gap_distribution",
     "plot_host_steps",
     "plot_hosts",

@@ -92,6 +92,7 @@ PERIOD_START_NS: Final = "period_start_ns"  # start of the idle period the piece
 AFTER_SYNC: Final = "after_sync"  # the period opened when a blocking read ended
 CAUSE: Final = "cause"  # the cause with the most time in the piece
 EVIDENCE: Final = "evidence"  # sentences: the host events behind the piece
+SYNC_SITE: Final = "sync_site"  # where the read that opened the period was made, or None
 START_MS: Final = "start_ms"  # ms from the trace's first event (as printed)
 # HostActivity.events: the training thread's events, with:
 CATEGORY: Final = "category"  # input | sync | compile | host

@@ -356,10 +356,10 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
         schema_version=version,
         step_source=source if source in STEP_SOURCES else None,
         step_source_detail=_read_str(raw.get("step_source_detail")),
-        window=_window(raw.get("window")),
-        steps=tuple(s for s in map(_step, _read_list(raw.get("steps"))) if s is not None),
-        grain=_grain(raw.get("grain")),
-        host=_host(raw.get("host")),
+        window=_read_window(raw.get("window")),
+        steps=tuple(s for s in map(_read_step, _read_list(raw.get("steps"))) if s is not None),
+        grain=_read_grain(raw.get("grain")),
+        host=_read_host(raw.get("host")),
         shared_run=raw.get("shared_run") is True,
         partial=raw.get("partial") is True,
         partial_reasons=tuple(
@@ -370,7 +370,7 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
     )
 
 
-def _window(value: object) -> Window | None:
+def _read_window(value: object) -> Window | None:
     if not isinstance(value, Mapping) or not value:
         return None
     w = cast(WindowJSON, value)
@@ -388,7 +388,7 @@ def _window(value: object) -> Window | None:
     )
 
 
-def _step(value: object) -> HostStep | None:
+def _read_step(value: object) -> HostStep | None:
     if not isinstance(value, Mapping):
         return None
     s = cast(StepJSON, value)
@@ -404,7 +404,7 @@ def _step(value: object) -> HostStep | None:
     )
 
 
-def _grain(value: object) -> GrainSettings | None:
+def _read_grain(value: object) -> GrainSettings | None:
     if not isinstance(value, Mapping) or not value:
         return None
     g = cast(GrainJSON, value)
@@ -416,7 +416,7 @@ def _grain(value: object) -> GrainSettings | None:
         batch_size=_read_int(g.get("batch_size")),
         bytes_per_batch=_read_int(g.get("bytes_per_batch")),
         workers_override=_read_int(g.get("workers_override")),
-        measured=_measured(g.get("workers_measured")),
+        measured=_read_measured(g.get("workers_measured")),
         stages=_read_stages(g.get("stages")),
     )
 
@@ -447,11 +447,11 @@ def _read_stages(value: object) -> StagesMeasured | None:
     )
 
 
-def _measured(value: object) -> WorkersMeasured | None:
+def _read_measured(value: object) -> WorkersMeasured | None:
     if not isinstance(value, Mapping) or not value:
         return None
     m = cast(WorkersMeasuredJSON, value)
-    workers = tuple(w for w in map(_worker, _read_list(m.get("workers"))) if w is not None)
+    workers = tuple(w for w in map(_read_worker, _read_list(m.get("workers"))) if w is not None)
     return WorkersMeasured(
         window_s=_read_float(m.get("window_s")),
         batches=_read_int(m.get("batches")) or 0,
@@ -461,7 +461,7 @@ def _measured(value: object) -> WorkersMeasured | None:
     )
 
 
-def _worker(value: object) -> WorkerCounters | None:
+def _read_worker(value: object) -> WorkerCounters | None:
     if not isinstance(value, Mapping):
         return None
     w = cast(WorkerJSON, value)
@@ -488,7 +488,7 @@ def _worker(value: object) -> WorkerCounters | None:
     )
 
 
-def _host(value: object) -> HostFacts | None:
+def _read_host(value: object) -> HostFacts | None:
     if not isinstance(value, Mapping) or not value:
         return None
     h = cast(HostJSON, value)

@@ -249,6 +249,7 @@ def typed_values(stats: pd.DataFrame) -> pd.Series:
     kinds = stats[S.KIND].astype(str).to_numpy()
     ints = stats[S.INT_VALUE].to_numpy()
     floats = stats[S.FLOAT_VALUE].to_numpy()
+    strings = stats[S.STR_VALUE].to_numpy(dtype=object)  # once: .iat per row is slow
     values = np.empty(len(stats), dtype=object)
     for i, kind in enumerate(kinds):
         if kind == "double":
@@ -258,7 +259,7 @@ def typed_values(stats: pd.DataFrame) -> pd.Series:
         elif kind == "uint64":
             values[i] = int(ints[i]) & 0xFFFFFFFFFFFFFFFF
         elif kind in S.STRING_KINDS:
-            values[i] = str(stats[S.STR_VALUE].iat[i])
+            values[i] = str(strings[i])
         else:
             values[i] = None
     return pd.Series(values, index=stats.index, dtype=object)

@@ -23,6 +23,7 @@ from traceinspect.analysis.advice import recommendations, summary_text
 from traceinspect.analysis.attribution import (
     MIN_GAP_NS,
     attach_evidence,
+    attach_sync_sites,
     close_short_gaps,
     gap_table,
     sync_sites,
@@ -73,7 +74,7 @@ def analyze(trace: Trace) -> Analysis:
     activity, steps, busy = _device_and_steps(trace)
     outside = 1 - busy.clip(int(steps.starts[0]), int(steps.ends[-1])).total / busy.total
     steps = drop_contextless_first_step(trace, steps, busy)
-    work_rows = np.array(sorted({r for rows in activity.work_lines.values() for r in rows}))
+    work_rows = np.array(activity.work_line_rows, dtype=np.int64)
     work = step_work(trace, steps, work_rows)
     check_own_work(trace, steps, work)
     host = training_thread_activity(trace, steps)
@@ -88,6 +89,7 @@ def analyze(trace: Trace) -> Analysis:
     input_bound = input_per_step > device_per_step and input_per_step > 0
     gaps = gap_table(steps, busy, host, input_bound, device_per_step)
     attach_evidence(gaps, host, input_bound, trace.start_ns)
+    attach_sync_sites(gaps, host)
     by_step = gaps.groupby(S.STEP_INDEX)[list(CAUSES)].sum().reindex(range(len(per_step)))
     for c in CAUSES:
         per_step[S.idle_cause_ns(c)] = by_step[c].fillna(0).to_numpy(dtype=np.int64)
@@ -100,7 +102,7 @@ def analyze(trace: Trace) -> Analysis:
         c: by_cause[c] / total_wall if total_wall else 0.0 for c in CAUSES
     }
     verdict = _verdict(fractions, per_step)
-    sites = sync_sites(host, gaps)
+    sites = sync_sites(gaps)
     window_info, window_note = window_check(trace.sidecar)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
     advice = recommendations(
@@ -153,7 +155,8 @@ def analyze(trace: Trace) -> Analysis:
         timeline=Timeline(
             busy=activity.busy,
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),
-            training_thread_found=host.main_line_row is not None,
+            training_line_row=host.main_line_row,
+            device_lines=activity.work_line_rows,
         ),
     )
     if invariants.enabled():

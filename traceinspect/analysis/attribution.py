@@ -164,14 +164,26 @@ def attach_evidence(
     gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
 
 
-def sync_sites(host: HostActivity, gaps: pd.DataFrame) -> tuple[str, ...]:
-    """Where the syncs that opened gaps happen: source lines when the Python tracer was on,
-    else the names of the blocking events."""
-    sites: dict[str, int] = {}
+def attach_sync_sites(gaps: pd.DataFrame, host: HostActivity) -> None:
+    """Add each gap's sync site, in place: where the blocking read that opened its idle
+    period was made (the user's source line when the Python tracer was on, else the
+    blocking event's name); None for a gap whose period no read opened."""
+    found: dict[int, str] = {}
     periods = gaps.loc[gaps[S.AFTER_SYNC], S.PERIOD_START_NS].unique() if len(gaps) else []
     for p0 in periods:
         read = host.read_ending_at(int(p0))
         if read is not None:
-            key = read[3] or read[0]
-            sites[key] = sites.get(key, 0) + 1
+            found[int(p0)] = read[3] or read[0]
+    sites = [found.get(int(p0)) for p0 in gaps[S.PERIOD_START_NS].tolist()]
+    # object, so None stays None (pandas would make a text column with NaN for it)
+    gaps[S.SYNC_SITE] = pd.Series(sites, index=gaps.index, dtype=object)
+
+
+def sync_sites(gaps: pd.DataFrame) -> tuple[str, ...]:
+    """Where the syncs that opened gaps happen, the most frequent first (counted once per
+    idle period, not per piece of it)."""
+    sites: dict[str, int] = {}
+    for site in gaps.drop_duplicates(S.PERIOD_START_NS)[S.SYNC_SITE].tolist():
+        if site is not None:
+            sites[site] = sites.get(site, 0) + 1
     return tuple(sorted(sites, key=lambda k: -sites[k]))

@@ -21,11 +21,19 @@ class Timeline:
     """What a timeline draws, computed once by the analysis (plots never analyse again):
     each device's busy spans, and the training thread's spans by category with each instant
     given to one category in :data:`~traceinspect.vocabulary.PRECEDENCE`, as idle time is
-    given to one cause. Step bounds and idle spans by cause are ``per_step`` and ``gaps``."""
+    given to one cause. Step bounds and idle spans by cause are ``per_step`` and ``gaps``.
+    ``training_line_row`` and ``device_lines`` say which lines (``Trace.lines`` rows) those
+    are: the training thread (None when none was found) and the lines whose events are the
+    devices' work."""
 
     busy: dict[str, Intervals]
     thread: dict[str, Intervals]
-    training_thread_found: bool
+    training_line_row: int | None
+    device_lines: tuple[int, ...] = ()
+
+    @property
+    def training_thread_found(self) -> bool:
+        return self.training_line_row is not None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,11 @@ class DeviceActivity:
         return _union(self.busy.values())
 
     @property
+    def work_line_rows(self) -> tuple[int, ...]:
+        """Every device's work lines, sorted."""
+        return tuple(sorted({int(r) for rows in self.work_lines.values() for r in rows}))
+
+    @property
     def collective_union(self) -> Intervals:
         """Any device inside a collective."""
         return _union(self.collectives.values())

@@ -46,10 +46,11 @@ def _register() -> None:
     from traceinspect.cli.capture import capture
     from traceinspect.cli.compare import compare
     from traceinspect.cli.events import events
+    from traceinspect.cli.export import export
     from traceinspect.cli.info import info
     from traceinspect.cli.sweep import sweep
 
-    for command in (analyze, compare, info, events, capture, sweep):
+    for command in (analyze, compare, info, events, export, capture, sweep):
         main.add_command(command)
 
 

@@ -109,10 +109,12 @@ def timeline_of(trace: Trace, analysis: Analysis, host: HostActivity | None = No
         return analysis.timeline
     if host is None:
         host = _thread_activity(trace, find_steps(trace))
+    activity = device_activity(trace)
     return Timeline(
-        busy=device_activity(trace).busy,
+        busy=activity.busy,
         thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in THREAD_ORDER]),
-        training_thread_found=host.main_line_row is not None,
+        training_line_row=host.main_line_row,
+        device_lines=activity.work_line_rows,
     )
 
 
