@@ -3,6 +3,7 @@ settings are recorded, and ``mp_prefetch`` workers run the probe that measures t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -449,3 +450,49 @@ def _enable_worker_profiling() -> bool:
     except Exception:
         return False
     return True
+
+
+def grain_method_hint(exc: BaseException) -> str | None:
+    """For an ``AttributeError`` raised on a Grain dataset (``'BatchMapDataset' object has no
+    attribute 'mp_prefetch'``): which of Grain's dataset kinds has that method in the
+    installed Grain, and how to get there from the object the script had. None otherwise.
+
+    Looked up, not remembered: the classes and their methods are those of the Grain the
+    script imported.
+    """
+    obj = getattr(exc, "obj", None)
+    name = getattr(exc, "name", None)
+    if not isinstance(exc, AttributeError) or obj is None or not isinstance(name, str):
+        return None
+    if not type(obj).__module__.startswith("grain."):
+        return None
+    dataset_mod = sys.modules.get("grain._src.python.dataset.dataset")
+    if dataset_mod is None:
+        return None
+    kinds = [
+        cls
+        for cls in (getattr(dataset_mod, n, None) for n in ("MapDataset", "IterDataset"))
+        if isinstance(cls, type)
+    ]
+    mine = next((k for k in kinds if isinstance(obj, k)), None)
+    having = [k for k in kinds if k is not mine and hasattr(k, name)]
+    version = "?"
+    with contextlib.suppress(Exception):
+        from importlib import metadata
+
+        version = metadata.version("grain")
+    what = f"'{type(obj).__name__}'" + (f" (a {mine.__name__})" if mine else "")
+    if not having:
+        return f"{what} has no '{name}' in grain {version}, nor has any Grain dataset kind."
+    target = having[0].__name__
+    converters = [
+        m
+        for m in sorted(dir(type(obj)))
+        if m.startswith("to_") and target.lower().startswith(m[3:].replace("_", ""))
+    ]
+    how = (
+        f": call .{converters[0]}(...) first, then .{name}(...)"
+        if converters
+        else f"; build the pipeline so that .{name}(...) is called on a {target}"
+    )
+    return f"{what} has no '{name}' in grain {version}; {target} has it{how}."

@@ -15,8 +15,8 @@ import threading
 import types
 from typing import Any
 
-from ._base import SOURCE_TIME, _StopAfter, _Terminated
-from .grain_patches import _patch_grain
+from ._base import SOURCE_TIME, _StopAfter, _Terminated, _warn
+from .grain_patches import _patch_grain, grain_method_hint
 from .hooks import _PostImportFinder
 from .jax_patches import _patch_jax
 from .window import _Capture
@@ -99,8 +99,13 @@ def _run(config: dict[str, Any]) -> None:
         _report_uncaught(exc)
         sys.exit(128 + signal.SIGINT)
     except BaseException as exc:
+        hint = grain_method_hint(exc)
+        if hint is not None:
+            cap.notes.append(hint)
         cap.finish(f"raised {type(exc).__name__}")
         _report_uncaught(exc)
+        if hint is not None:
+            _warn(hint)
         sys.exit(1)
     else:
         cap.finish("returned")
