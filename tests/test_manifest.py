@@ -40,6 +40,8 @@ def test_bundled_trace_gets_its_verdict(entry: dict[str, Any]) -> None:
         return
     analysis = traceinspect.analyze(trace)
     assert analysis.verdict == entry["verdict"], analysis.summary
+    if "findings" in entry:
+        assert [f.rule for f in analysis.findings] == entry["findings"], analysis.findings
     if "stage" in entry:
         assert analysis.input_stages is not None
         assert analysis.input_stages.dominant == entry["stage"], analysis.input_stages

@@ -29,6 +29,7 @@ from traceinspect.analysis.attribution import (
     sync_sites,
 )
 from traceinspect.analysis.executions import StepWork, step_work
+from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.input_stages import input_stages, stage_advice, transfer_ns_per_step
 from traceinspect.analysis.result import (
     INPUT_STAGE,
@@ -47,7 +48,7 @@ from traceinspect.analysis.window import (
     typical,
     window_check,
 )
-from traceinspect.analysis.workers import recommend_workers, worker_inputs
+from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
@@ -129,6 +130,17 @@ def analyze(trace: Trace) -> Analysis:
     )
     if stages is not None and verdict.verdict == "input-bound":
         advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
+    grain = trace.sidecar.grain if trace.sidecar is not None else None
+    checks = findings(
+        verdict=verdict.verdict,
+        fractions=fractions,
+        recommendations=advice,
+        sidecar=trace.sidecar,
+        measured=WorkerMeasurement.from_sidecar(grain.measured if grain else None),
+        step_ms=summary_of_steps.typical_ms,
+        dispatches=count_dispatches(host.events, steps, int(per_step[S.DEVICE_WORK_NS].sum())),
+        steps_one_call_each=steps.one_call_each,
+    )
     analysis = Analysis(
         path=str(trace.path),
         backend=activity.backend.kind,
@@ -152,6 +164,7 @@ def analyze(trace: Trace) -> Analysis:
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
         window=window_info,
         input_stages=stages,
+        findings=checks,
         timeline=Timeline(
             busy=activity.busy,
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -105,6 +105,27 @@ class Recommendation:
         return out
 
 
+Severity = Literal["warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing set up wrong: the rule, how much it matters, what was seen, what to do."""
+
+    rule: str
+    severity: Severity
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
 @dataclass(frozen=True)
 class StepSummary:
     count: int
@@ -157,6 +178,8 @@ class Analysis:
     timeline: Timeline | None = field(default=None, repr=False)
     #: Milliseconds per batch by input-pipeline stage (None without capture's measurement).
     input_stages: InputStages | None = None
+    #: What is set up wrong (analysis/findings.py), most important first.
+    findings: tuple[Finding, ...] = ()
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
@@ -211,4 +234,5 @@ class Analysis:
             "notes": list(self.notes),
             "window": self.window,
             "input_stages": self.input_stages.to_dict() if self.input_stages else None,
+            "findings": [f.to_dict() for f in self.findings],
         }

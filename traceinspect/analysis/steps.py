@@ -19,7 +19,7 @@ are partial and dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,8 @@ class Steps:
     main_line_row: int | None  # the host thread that drives the steps, when known
     dropped: int  # partial steps left out at the edges
     marker_names: tuple[str, ...] = ()  # step envelope events (not work) on that thread
+    #: Each step is one call of a jitted function (no step markers: the most repeated call).
+    one_call_each: bool = False
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -199,7 +201,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
     runs = calls[(calls[S.LINE_ROW] == line_row) & (calls[S.NAME] == name)]
     # Nested calls of the same function (a wrapper calling itself) count once.
     runs = runs[~nested(runs)]
-    return _windows(
+    steps = _windows(
         f"repeated calls of {name}",
         runs[S.START_NS].to_numpy(),
         (runs[S.START_NS] + runs[S.DURATION_NS]).to_numpy(),
@@ -208,6 +210,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
         lo,
         hi,
     )
+    return replace(steps, one_call_each=True)
 
 
 def nested(events: pd.DataFrame) -> np.ndarray:

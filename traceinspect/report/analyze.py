@@ -67,6 +67,12 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
             )
             for line in g.evidence:
                 out.append(f"      {line}")
+    if a.findings:
+        out.append("")
+        out.append("Findings")
+        for f in a.findings:
+            out.append(f"  [{f.severity}] {f.rule}: {f.message}")
+            out.append(f"      fix: {f.fix}")
     if a.recommendations:
         out.append("")
         out.append("What to do")

@@ -93,8 +93,20 @@ def _numbers(a: Analysis) -> str:
         f"<table>{head}</table>"
         "<h2>Idle time by cause</h2>"
         "<table><tr><th>cause</th><th>idle ms (all steps)</th><th>of step time</th>"
-        f"<th></th></tr>{causes}</table>" + _stages_table(a)
+        f"<th></th></tr>{causes}</table>" + _stages_table(a) + _findings_list(a)
     )
+
+
+def _findings_list(a: Analysis) -> str:
+    """What is set up wrong, when anything is."""
+    if not a.findings:
+        return ""
+    items = "".join(
+        f"<li><b>{escape(f.rule)}</b> ({escape(f.severity)}): {escape(f.message)}"
+        f"<br><i>Fix:</i> {escape(f.fix)}</li>"
+        for f in a.findings
+    )
+    return f"<h2>Findings</h2><ul>{items}</ul>"
 
 
 def _stages_table(a: Analysis) -> str:

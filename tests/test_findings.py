@@ -1,0 +1,163 @@
+"""The pipeline checks (analysis/findings.py) on precisely built inputs; the bundled captures
+that fire each check, and those that must stay silent, are in sample_traces/manifest.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from traceinspect.analysis.findings import Dispatches, findings
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation
+from traceinspect.analysis.workers import WorkerMeasurement
+from traceinspect.sidecar import parse
+
+MIB = 1 << 20
+GIB = 1 << 30
+NO_DISPATCH = Dispatches(calls=10, steps=10, wall_ns=100_000_000, device_ns=90_000_000)
+QUIET = {"input": 0.0, "sync": 0.0, "compile": 0.0, "host": 0.0, "unknown": 0.0}
+
+
+def _side(grain: dict[str, Any], cores: int = 8, available: int = 16 * GIB) -> Any:
+    return parse(
+        {"grain": grain, "host": {"cpus_available": cores, "memory_available_bytes": available}}
+    )
+
+
+def _measured(cpu_share: float, busy_share: float, rss: int | None = None) -> WorkerMeasurement:
+    return WorkerMeasurement(
+        workers=4,
+        batch_ms=10.0,
+        cpu_share=cpu_share,
+        busy_share=busy_share,
+        rss_bytes=rss,
+        host_cpu_ms_per_step=None,
+    )
+
+
+def _run(**kw: Any) -> tuple[Finding, ...]:
+    args: dict[str, Any] = {
+        "verdict": "device-bound",
+        "fractions": QUIET,
+        "recommendations": (),
+        "sidecar": None,
+        "measured": None,
+        "step_ms": 10.0,
+        "dispatches": NO_DISPATCH,
+        "steps_one_call_each": False,
+    }
+    return findings(**{**args, **kw})
+
+
+def test_buffer_memory_above_half_of_ram() -> None:
+    # A real report: 12 workers x 32 batches x ~10 MB buffered, on a host with 4 GiB free.
+    grain = {"worker_count": 12, "per_worker_buffer_size": 32, "bytes_per_batch": 10 * MIB}
+    (f,) = _run(sidecar=_side(grain, available=4 * GIB), step_ms=250.0)
+    assert f.rule == "buffer_memory" and f.severity == "warning"
+    assert f.message.startswith(
+        "Worker buffers hold 12 workers x 32 batches x 10 MiB = 3,840 MiB, 94% of the "
+        "4,096 MiB of memory available at capture"
+    )
+    # Two steps of batches across 12 workers: one each.
+    assert f.fix.startswith("Set MultiprocessingOptions(per_worker_buffer_size=1)")
+    assert "(120 MiB buffered)" in f.fix
+    # With each worker's measured memory on top; and silent when it all fits in half.
+    (with_rss,) = _run(
+        sidecar=_side(grain, available=4 * GIB), measured=_measured(0.3, 0.9, rss=100 * MIB)
+    )
+    assert "+ 12 x 100 MiB worker memory" in with_rss.message
+    assert _run(sidecar=_side(grain, available=8 * GIB)) == ()
+
+
+def test_cpu_bound_workers_beyond_the_cores() -> None:
+    grain = {"worker_count": 8}
+    (f,) = _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.9))
+    assert f.rule == "workers_vs_cores" and f.severity == "warning"
+    assert f.fix.startswith("Use at most 4 workers")
+    # Workers that wait on reads leave their core free; workers mostly blocked on a full
+    # buffer say nothing about their CPU share.
+    assert _run(sidecar=_side(grain, cores=4), measured=_measured(0.3, 0.9)) == ()
+    assert _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.2)) == ()
+
+
+def test_full_cores_only_matter_when_input_bound() -> None:
+    grain = {"worker_count": 2}
+    m = WorkerMeasurement(2, 10.0, 0.4, 0.9, None, host_cpu_ms_per_step=19.0)
+    # 19 ms of CPU per step on 2 cores: 9.5 ms at best, within 10% of the 10 ms step.
+    (f,) = _run(verdict="input-bound", sidecar=_side(grain, cores=2), measured=m)
+    assert f.rule == "workers_vs_cores" and "core(s) are full" in f.message
+    assert _run(verdict="device-bound", sidecar=_side(grain, cores=2), measured=m) == ()
+    light = WorkerMeasurement(2, 10.0, 0.4, 0.9, None, host_cpu_ms_per_step=16.0)
+    assert _run(verdict="input-bound", sidecar=_side(grain, cores=2), measured=light) == ()
+
+
+def test_fewer_workers_than_recommended_is_information() -> None:
+    rec = Recommendation(
+        GRAIN_WORKER_COUNT, "Set grain_worker_count to 4 (now 1): ...", value=4, current=1
+    )
+    (f,) = _run(recommendations=(rec,))
+    assert (f.rule, f.severity, f.fix) == ("workers_vs_cores", "info", rec.message)
+    keep = Recommendation(GRAIN_WORKER_COUNT, "Keep", value=1, current=1)
+    assert _run(recommendations=(keep,)) == ()
+
+
+@pytest.mark.parametrize(
+    ("grain", "fires"),
+    [
+        ({"worker_count": 0, "read_threads": 0}, True),
+        ({"worker_count": 0, "read_threads": 4, "read_prefetch_buffer_size": 0}, True),
+        ({"worker_count": 0, "read_threads": 4, "read_prefetch_buffer_size": 500}, False),
+        ({"worker_count": 2, "read_threads": 0}, False),
+    ],
+)
+def test_no_read_ahead(grain: dict[str, Any], fires: bool) -> None:
+    out = _run(verdict="input-bound", sidecar=_side(grain))
+    assert [f.rule for f in out] == (["no_read_ahead"] if fires else [])
+    assert _run(verdict="device-bound", sidecar=_side(grain)) == ()
+
+
+def test_sync_in_loop_mirrors_the_recommendation() -> None:
+    rec = Recommendation("remove_sync", "Stop reading ...", where=("train.py:57 __float__",))
+    (f,) = _run(verdict="sync-bound", recommendations=(rec,))
+    assert f.rule == "sync_in_loop" and f.severity == "warning" and f.fix == rec.message
+    assert "at train.py:57 __float__" in f.message
+    (occasional,) = _run(verdict="device-bound", recommendations=(rec,))
+    assert occasional.severity == "info"
+
+
+def test_op_by_op() -> None:
+    host = {**QUIET, "host": 0.6}
+    # 26 calls a step, 0.008 ms of device work each against 0.031 ms of host time per call.
+    many = Dispatches(calls=2600, steps=100, wall_ns=80_600_000, device_ns=20_800_000)
+    (f,) = _run(fractions=host, dispatches=many)
+    assert f.rule == "op_by_op"
+    assert f.message == (
+        "The device waits for dispatches: each step is 26 separate jitted calls, each with "
+        "0.008 ms of device work against 0.031 ms of host time per call."
+    )
+    # The host's own work must idle the device; one call a step is a jitted step already,
+    # unless the steps themselves are single calls (no step markers).
+    assert _run(fractions=QUIET, dispatches=many) == ()
+    one = Dispatches(calls=100, steps=100, wall_ns=31_000_000, device_ns=800_000)
+    assert _run(fractions=host, dispatches=one) == ()
+    (single,) = _run(fractions=host, dispatches=one, steps_one_call_each=True)
+    assert "each step found is one call of a small jitted function" in single.message
+    # Device work as long as the host's own time per call: the device keeps up.
+    busy = Dispatches(calls=2600, steps=100, wall_ns=80_600_000, device_ns=41_000_000)
+    assert _run(fractions=host, dispatches=busy) == ()
+
+
+def test_warnings_come_first() -> None:
+    rec = Recommendation(GRAIN_WORKER_COUNT, "Set ...", value=4, current=1)
+    sync = Recommendation("remove_sync", "Stop ...")
+    out = _run(
+        verdict="input-bound",
+        recommendations=(rec, sync),
+        sidecar=_side({"worker_count": 0, "read_threads": 0}),
+    )
+    assert [(f.rule, f.severity) for f in out] == [
+        ("no_read_ahead", "warning"),
+        ("sync_in_loop", "info"),
+        ("workers_vs_cores", "info"),
+    ]
+    assert out[0].to_dict().keys() == {"rule", "severity", "message", "fix"}

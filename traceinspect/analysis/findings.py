@@ -1,0 +1,267 @@
+"""What is set up wrong: checks of the pipeline as the script built it, each with the numbers
+behind it and the fix (``analyze --json`` ``findings``).
+
+The checks read what ``traceinspect capture`` recorded (Grain's settings, bytes per batch,
+the workers' measured CPU and memory, the cores and memory the process may use) and what
+the analysis measured (the verdict, the worker-count recommendation, dispatches per step):
+
+- ``sync_in_loop``: a device value read in the loop (the analysis' own finding, repeated
+  here so that ``findings`` is the one list of what to fix);
+- ``no_read_ahead``: an input-bound run whose pipeline cannot read ahead (no worker
+  processes and no read threads, or a read-ahead buffer of 0);
+- ``buffer_memory``: worker buffers (workers x per_worker_buffer_size x bytes per batch,
+  plus each worker's measured memory) above half of the memory available at capture;
+- ``workers_vs_cores``: more CPU-bound workers than the usable cores hold (the worker-count
+  rule's core limit), or a host whose measured CPU per step already fills its cores, or
+  fewer workers than the worker-count recommendation asks for;
+- ``op_by_op``: the host's own work idles the device and the step is made of many jitted
+  calls (or each "step" is one small jitted call), each shorter on the device than on the
+  host: the device waits for dispatches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceinspect import names as N
+from traceinspect import schema as S
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation, Severity
+from traceinspect.analysis.steps import Steps, nested
+from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE, WorkerMeasurement
+from traceinspect.sidecar import Sidecar
+from traceinspect.vocabulary import MATTERS
+
+#: Worker buffers above this share of the memory available at capture are a finding.
+BUFFER_MEMORY_SHARE = 0.5
+#: Batches each worker should hold: two steps' worth keeps the device fed through a slow batch.
+BUFFER_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Dispatches:
+    """Jitted calls on the training thread inside the analysed steps."""
+
+    calls: int
+    steps: int
+    wall_ns: int  # the steps' wall time
+    device_ns: int  # the steps' device work
+
+    @property
+    def per_step(self) -> float:
+        return self.calls / self.steps if self.steps else 0.0
+
+
+def count_dispatches(events: pd.DataFrame, steps: Steps, device_ns: int) -> Dispatches:
+    """``PjitFunction`` calls of the training thread (``events``) starting inside the steps."""
+    if len(steps) == 0 or len(events) == 0:
+        return Dispatches(0, len(steps), 0, device_ns)
+    names = events[S.NAME].astype(str)
+    calls = events[names.str.match(N.PJIT.pattern).to_numpy()].sort_values(
+        S.START_NS, kind="stable"
+    )
+    # A jitted function called from inside another counts once: the host dispatches once.
+    starts = calls[S.START_NS].to_numpy()[~nested(calls)]
+    lo, hi = int(steps.starts[0]), int(steps.ends[-1])
+    calls = int(np.count_nonzero((starts >= lo) & (starts < hi)))
+    wall = int((steps.ends - steps.starts).sum())
+    return Dispatches(calls, len(steps), wall, device_ns)
+
+
+def findings(
+    *,
+    verdict: str,
+    fractions: dict[str, float],
+    recommendations: tuple[Recommendation, ...],
+    sidecar: Sidecar | None,
+    measured: WorkerMeasurement | None,
+    step_ms: float,
+    dispatches: Dispatches,
+    steps_one_call_each: bool,
+) -> tuple[Finding, ...]:
+    """Every check that fires, most important first."""
+    out: list[Finding] = []
+    out += _sync_in_loop(verdict, recommendations)
+    out += _no_read_ahead(verdict, sidecar)
+    out += _buffer_memory(sidecar, measured, step_ms)
+    out += _workers_vs_cores(verdict, sidecar, measured, recommendations, step_ms)
+    out += _op_by_op(fractions, dispatches, steps_one_call_each)
+    return tuple(sorted(out, key=lambda f: f.severity != "warning"))
+
+
+def _sync_in_loop(verdict: str, recs: tuple[Recommendation, ...]) -> list[Finding]:
+    rec = next((r for r in recs if r.kind == "remove_sync"), None)
+    if rec is None:
+        return []
+    where = f" at {rec.where[0]}" if rec.where else ""
+    severity: Severity = "warning" if verdict == "sync-bound" else "info"
+    return [
+        Finding(
+            "sync_in_loop",
+            severity,
+            f"The training loop reads a device value{where}, so the host waits for the device "
+            "and prepares the next step only after it.",
+            rec.message,
+        )
+    ]
+
+
+def _no_read_ahead(verdict: str, sidecar: Sidecar | None) -> list[Finding]:
+    grain = sidecar.grain if sidecar is not None else None
+    if verdict != "input-bound" or grain is None:
+        return []
+    problems = []
+    if not grain.worker_count and not grain.read_threads:
+        problems.append("no mp_prefetch worker processes and no read threads (num_threads=0)")
+    if grain.read_prefetch_buffer_size == 0:
+        problems.append("ReadOptions(prefetch_buffer_size=0)")
+    if not problems:
+        return []
+    return [
+        Finding(
+            "no_read_ahead",
+            "warning",
+            f"The run is input-bound and its pipeline cannot read ahead: {'; '.join(problems)}. "
+            "Every batch is made while the training loop waits for it.",
+            "Make batches in the background: .mp_prefetch(grain.MultiprocessingOptions("
+            "num_workers=N)) on the IterDataset (see the worker count), and read with "
+            "grain.ReadOptions(num_threads=16, prefetch_buffer_size=500).",
+        )
+    ]
+
+
+def _buffer_memory(
+    sidecar: Sidecar | None, measured: WorkerMeasurement | None, step_ms: float
+) -> list[Finding]:
+    grain = sidecar.grain if sidecar is not None else None
+    host = sidecar.host if sidecar is not None else None
+    if grain is None or host is None or not host.memory_available_bytes:
+        return []
+    workers, size, batch = grain.worker_count, grain.per_worker_buffer_size, grain.bytes_per_batch
+    if not workers or not size or not batch:
+        return []
+    rss = measured.rss_bytes if measured is not None and measured.rss_bytes else 0
+    buffered = workers * size * batch
+    total = buffered + workers * rss
+    available = host.memory_available_bytes
+    if total <= BUFFER_MEMORY_SHARE * available:
+        return []
+    # Each worker's batch is taken every `workers` steps: BUFFER_STEPS steps of batches per
+    # worker is ceil(BUFFER_STEPS / workers), at least one.
+    keep = max(1, math.ceil(BUFFER_STEPS / workers))
+    rss_text = f" + {workers} x {_mib(rss)} worker memory" if rss else ""
+    return [
+        Finding(
+            "buffer_memory",
+            "warning",
+            f"Worker buffers hold {workers} workers x {size} batches x {_mib(batch)} = "
+            f"{_mib(buffered)}{rss_text}, {total / available:.0%} of the {_mib(available)} "
+            "of memory available at capture: the host may swap or kill the workers.",
+            f"Set MultiprocessingOptions(per_worker_buffer_size={keep}): {BUFFER_STEPS} steps "
+            f"of batches across the workers ({_mib(workers * keep * batch)} buffered) keep the "
+            f"device fed at {step_ms:.1f} ms per step.",
+        )
+    ]
+
+
+def _workers_vs_cores(
+    verdict: str,
+    sidecar: Sidecar | None,
+    measured: WorkerMeasurement | None,
+    recs: tuple[Recommendation, ...],
+    step_ms: float,
+) -> list[Finding]:
+    out: list[Finding] = []
+    grain = sidecar.grain if sidecar is not None else None
+    host = sidecar.host if sidecar is not None else None
+    workers = grain.worker_count if grain is not None else None
+    cores = host.cores if host is not None else None
+    if workers and cores and measured is not None:
+        # The worker-count rule's own core limit: workers that wait on reads leave their
+        # core free, CPU-bound ones do not.
+        fit = max(1, math.floor(cores / max(measured.cpu_share, 1 / 64)))
+        floor_ms = (measured.host_cpu_ms_per_step or 0.0) / cores
+        # The CPU share says how CPU-bound producing is only while the workers mostly
+        # produce: mostly blocked on full buffers, their other CPU (the probe, the queue)
+        # outweighs it.
+        saturated = measured.busy_share >= WAITING_SHARE
+        if saturated and measured.cpu_share >= WAITING_SHARE and workers > fit:
+            out.append(
+                Finding(
+                    "workers_vs_cores",
+                    "warning",
+                    f"{workers} CPU-bound workers (each on the CPU {measured.cpu_share:.0%} "
+                    f"of the time it works) on {cores} usable core(s): they slow each other "
+                    "and the training process.",
+                    f"Use at most {fit} workers, or make each batch cheaper to produce.",
+                )
+            )
+        elif verdict == "input-bound" and floor_ms * KNEE_TOLERANCE >= step_ms > 0:
+            # Input-bound, and the measured CPU per step already fills the cores (within the
+            # knee's 10%): the workers compete for CPU (their measured share is diluted by
+            # the wait). On XLA's CPU backend the device's own work counts too.
+            out.append(
+                Finding(
+                    "workers_vs_cores",
+                    "warning",
+                    f"The host's {cores} core(s) are full: the training process and {workers} "
+                    f"worker(s) use {measured.host_cpu_ms_per_step:.1f} ms of CPU per step, "
+                    f"{floor_ms:.1f} ms per step at best on {cores} core(s), against "
+                    f"{step_ms:.1f} ms per step.",
+                    "More workers cannot help: make batches cheaper (lighter or offline "
+                    "preprocessing, cheaper decoding), or give the job more cores.",
+                )
+            )
+    rec = next((r for r in recs if r.kind == GRAIN_WORKER_COUNT), None)
+    if (
+        rec is not None
+        and rec.value is not None
+        and rec.current is not None
+        and rec.value > rec.current
+        and not out
+    ):
+        out.append(
+            Finding(
+                "workers_vs_cores",
+                "info",
+                f"{rec.current} worker(s) make batches slower than the device uses them; "
+                f"the measurement asks for {rec.value}.",
+                rec.message,
+            )
+        )
+    return out
+
+
+def _op_by_op(fractions: dict[str, float], d: Dispatches, one_call_each: bool) -> list[Finding]:
+    if fractions.get("host", 0.0) < MATTERS or d.calls == 0:
+        return []
+    per_call_device_ms = d.device_ns / d.calls / 1e6
+    per_call_wall_ms = d.wall_ns / d.calls / 1e6
+    # The device waits for dispatches when a call's device work is shorter than the host's
+    # time per call: the host, not the device, sets the pace.
+    if per_call_device_ms >= per_call_wall_ms - per_call_device_ms:
+        return []
+    if d.per_step < 2 and not one_call_each:
+        return []
+    shape = (
+        "each step found is one call of a small jitted function"
+        if one_call_each and d.per_step < 2
+        else f"each step is {d.per_step:.0f} separate jitted calls"
+    )
+    return [
+        Finding(
+            "op_by_op",
+            "warning",
+            f"The device waits for dispatches: {shape}, each with {per_call_device_ms:.3f} ms "
+            f"of device work against {per_call_wall_ms:.3f} ms of host time per call.",
+            "Jit the whole step function (forward, backward and update in one jax.jit), so "
+            "the host dispatches once per step.",
+        )
+    ]
+
+
+def _mib(n: int | float) -> str:
+    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n / 1024:,.0f} KiB"
