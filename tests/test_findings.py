@@ -161,3 +161,24 @@ def test_warnings_come_first() -> None:
         ("workers_vs_cores", "info"),
     ]
     assert out[0].to_dict().keys() == {"rule", "severity", "message", "fix"}
+
+
+def test_batch_vs_devices() -> None:
+    def side(batch: int, devices: int) -> Any:
+        return parse(
+            {
+                "grain": {"batch_size": batch},
+                "process_index": 1,
+                "backend": {
+                    "devices": [
+                        {"id": i, "process_index": i // devices} for i in range(2 * devices)
+                    ]
+                },
+            }
+        )
+
+    assert side(30, 4).local_devices == 4
+    (f,) = _run(sidecar=side(30, 4))
+    assert f.rule == "batch_vs_devices" and "batch of 30 does not divide over its 4" in f.message
+    assert _run(sidecar=side(32, 4)) == ()
+    assert _run(sidecar=side(31, 1)) == ()

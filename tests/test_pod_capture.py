@@ -84,3 +84,19 @@ def test_two_host_pod_with_a_slow_host(tmp_path: Path, make_pod: ModuleType) -> 
     assert slow.input_ms_per_step > 3 * fast.input_ms_per_step, numbers
     assert fast.collective_ms_per_step > 5, numbers
     assert fast.collective_ms_per_step > slow.collective_ms_per_step, numbers
+    # Each host reads its own shard: their first batches differ.
+    pod_result = traceinspect.analyze_run(run_dir, jobs=1)
+    assert [f.rule for f in pod_result.findings] == []
+
+
+def test_hosts_reading_the_same_data(tmp_path: Path, make_pod: ModuleType) -> None:
+    pod = make_pod.Pod(hosts=2, shard=False)
+    run_dir = make_pod.capture_pod(
+        tmp_path, "same", pod, skip_steps=60, steps=8, after_steps=2, timeout_s=120
+    )
+    result = traceinspect.analyze_run(run_dir, jobs=1)
+    (finding,) = result.findings
+    assert finding.rule == "same_data_on_hosts" and finding.severity == "warning"
+    assert "host0, host1 drew identical first batches" in finding.message
+    assert "ShardOptions(shard_index=jax.process_index()" in finding.fix
+    assert result.to_dict()["findings"][0]["rule"] == "same_data_on_hosts"

@@ -171,6 +171,8 @@ class GrainJSON(TypedDict):
     read_prefetch_buffer_size: int | None
     batch_size: int | None
     bytes_per_batch: int | None
+    #: Digests of the first batches the loop drew: equal on two hosts, same data.
+    first_batches: list[str]
     workers_measured: WorkersMeasuredJSON | None
     stages: StagesJSON | None
     observed: list[dict[str, Any]]
@@ -301,6 +303,7 @@ class GrainSettings:
     workers_override: int | None = None
     measured: WorkersMeasured | None = None
     stages: StagesMeasured | None = None
+    first_batches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -336,6 +339,11 @@ class Sidecar:
     partial_reasons: tuple[str, ...]
     device_tracer_level_applied: bool | None
     data: SidecarJSON = field(repr=False, compare=False)
+    #: From jax.distributed (None when the script did not initialise it).
+    process_index: int | None = None
+    process_count: int | None = None
+    #: Devices this process drives (None when the script never imported jax).
+    local_devices: int | None = None
 
     def traced_step_walls_ms(self) -> list[float]:
         """Host wall times of the traced steps (those with a next step), in order."""
@@ -367,7 +375,20 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
         ),
         device_tracer_level_applied=_read_bool(profiler.get("device_tracer_level_applied")),
         data=raw,
+        process_index=_read_int(raw.get("process_index")),
+        process_count=_read_int(raw.get("process_count")),
+        local_devices=_local_devices(raw.get("backend"), _read_int(raw.get("process_index"))),
     )
+
+
+def _local_devices(backend: object, process_index: int | None) -> int | None:
+    devices = [
+        d for d in _read_list(_read_mapping(backend).get("devices")) if isinstance(d, Mapping)
+    ]
+    if not devices:
+        return None
+    mine = process_index or 0
+    return sum(1 for d in devices if (_read_int(d.get("process_index")) or 0) == mine)
 
 
 def _read_window(value: object) -> Window | None:
@@ -418,6 +439,7 @@ def _read_grain(value: object) -> GrainSettings | None:
         workers_override=_read_int(g.get("workers_override")),
         measured=_read_measured(g.get("workers_measured")),
         stages=_read_stages(g.get("stages")),
+        first_batches=tuple(b for b in _read_list(g.get("first_batches")) if isinstance(b, str)),
     )
 
 

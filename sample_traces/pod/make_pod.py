@@ -57,6 +57,8 @@ class Pod:
     hosts: int = HOSTS
     slow_host: int = -1
     slow_ms: float = 0.0
+    #: False: every host reads all records (the same batches on every host).
+    shard: bool = True
 
     def train_args(self, process_id: int, coordinator: str, steps: int) -> list[str]:
         return [
@@ -67,7 +69,7 @@ class Pod:
             f"--slow-host={self.slow_host}",
             f"--slow-ms={self.slow_ms}",
             f"--steps={steps}",
-        ]
+        ] + ([] if self.shard else ["--no-shard"])
 
 
 # The bundled runs: host 2 sleeps 40 ms per batch (about twice the balanced pod's step on

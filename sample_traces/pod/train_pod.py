@@ -72,12 +72,17 @@ class SlowRead(grain.transforms.Map):  # type: ignore[name-defined,misc]
         return element
 
 
-def make_iterator(process_id: int, num_processes: int, per_host: int, slow_ms: float) -> Any:
-    """This process's batches: its shard of the records, batched, read on the main thread."""
+def make_iterator(
+    process_id: int, num_processes: int, per_host: int, slow_ms: float, shard: bool = True
+) -> Any:
+    """This process's batches: its shard of the records, batched, read on the main thread.
+    ``shard=False`` is the classic mistake: every process reads all records, in the same
+    order, so all hosts train on the same batches."""
     source = grain.MapDataset.source(Records())
     # ShardOptions(shard_index=process_id, shard_count=num_processes) as a slice: each
     # process reads every N-th record, so the shards are disjoint and cover the data.
-    shard = source[process_id::num_processes].shuffle(seed=0)
+    shard_ds = source[process_id::num_processes] if shard else source
+    shard = shard_ds.shuffle(seed=0)
     ds = shard.batch(per_host, drop_remainder=True).map(SlowRead(slow_ms))
     # num_threads=0: batches are read when asked for, so the sleep is on this host's step.
     options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -121,7 +126,7 @@ def train(args: argparse.Namespace) -> tuple[list[float], float, float]:
         },
         replicated,
     )
-    batches = make_iterator(args.process_id, n, per_host, slow_ms)
+    batches = make_iterator(args.process_id, n, per_host, slow_ms, shard=not args.no_shard)
     starts: list[float] = []
     loss = None
     for step in range(args.steps):
@@ -165,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow-host", type=int, default=-1, help="process to slow (-1: none)")
     parser.add_argument("--slow-ms", type=float, default=40.0, help="its sleep per batch (ms)")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--no-shard", action="store_true", help="every process reads all data")
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=60, help="steps left out of the timing")
     parser.add_argument("--timing-json", help="write this process's step times to this file")

@@ -165,6 +165,7 @@ def analyze(trace: Trace) -> Analysis:
         window=window_info,
         input_stages=stages,
         findings=checks,
+        first_batches=grain.first_batches if grain is not None else (),
         timeline=Timeline(
             busy=activity.busy,
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),

@@ -16,7 +16,10 @@ the analysis measured (the verdict, the worker-count recommendation, dispatches 
   fewer workers than the worker-count recommendation asks for;
 - ``op_by_op``: the host's own work idles the device and the step is made of many jitted
   calls (or each "step" is one small jitted call), each shorter on the device than on the
-  host: the device waits for dispatches.
+  host: the device waits for dispatches;
+- ``batch_vs_devices``: the host's batch does not divide over its local devices.
+
+Across the hosts of a pod, ``analysis/straggler.py`` adds ``same_data_on_hosts``.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def findings(
     out += _buffer_memory(sidecar, measured, step_ms)
     out += _workers_vs_cores(verdict, sidecar, measured, recommendations, step_ms)
     out += _op_by_op(fractions, dispatches, steps_one_call_each)
+    out += _batch_vs_devices(sidecar)
     return tuple(sorted(out, key=lambda f: f.severity != "warning"))
 
 
@@ -259,6 +263,24 @@ def _op_by_op(fractions: dict[str, float], d: Dispatches, one_call_each: bool) -
             f"of device work against {per_call_wall_ms:.3f} ms of host time per call.",
             "Jit the whole step function (forward, backward and update in one jax.jit), so "
             "the host dispatches once per step.",
+        )
+    ]
+
+
+def _batch_vs_devices(sidecar: Sidecar | None) -> list[Finding]:
+    grain = sidecar.grain if sidecar is not None else None
+    devices = sidecar.local_devices if sidecar is not None else None
+    batch = grain.batch_size if grain is not None else None
+    if not batch or not devices or devices < 2 or batch % devices == 0:
+        return []
+    return [
+        Finding(
+            "batch_vs_devices",
+            "warning",
+            f"This host's batch of {batch} does not divide over its {devices} devices: the "
+            "batch cannot be split evenly across them (jax refuses to shard it, or pads).",
+            f"Use a per-host batch that is a multiple of {devices} (global batch = per-host "
+            "batch x process count).",
         )
     ]
 

@@ -180,6 +180,8 @@ class Analysis:
     input_stages: InputStages | None = None
     #: What is set up wrong (analysis/findings.py), most important first.
     findings: tuple[Finding, ...] = ()
+    #: Digests of the first batches the loop drew (from capture): a pod compares its hosts'.
+    first_batches: tuple[str, ...] = field(default=(), repr=False)
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
         gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Recommendation
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Finding, Recommendation
 from traceinspect.vocabulary import CAUSES, MATTERS
 
 # The straggler's input idle time must be at least this many times any other host's.
@@ -112,6 +112,8 @@ class PodAnalysis:
     summary: str
     recommendations: tuple[Recommendation, ...]
     notes: tuple[str, ...] = ()
+    #: What is set up wrong across hosts (each host's own findings are in its analysis).
+    findings: tuple[Finding, ...] = ()
 
     @property
     def analyses(self) -> dict[str, Analysis]:
@@ -147,6 +149,7 @@ class PodAnalysis:
             "steps": [keyed(r) for r in self.per_step.to_dict(orient="records")],
             "hosts": hosts,
             "notes": list(self.notes),
+            "findings": [f.to_dict() for f in self.findings],
         }
 
 
@@ -403,6 +406,32 @@ def analyze_pod(
         summary=summary,
         recommendations=recs,
         notes=tuple(notes),
+        findings=pod_findings(analyses),
+    )
+
+
+def pod_findings(analyses: dict[str, Analysis]) -> tuple[Finding, ...]:
+    """Across hosts: hosts whose loops drew the same first batches read the same data, not
+    each its own slice (``same_data_on_hosts``)."""
+    by_digest: dict[str, list[str]] = {}
+    for host, a in sorted(analyses.items()):
+        for digest in set(a.first_batches):
+            by_digest.setdefault(digest, []).append(host)
+    groups = sorted({tuple(h) for h in by_digest.values() if len(h) > 1})
+    if not groups:
+        return ()
+    named = "; ".join(", ".join(g) for g in groups)
+    return (
+        Finding(
+            "same_data_on_hosts",
+            "warning",
+            f"Hosts read the same batches: {named} drew identical first batches (capture's "
+            "digest of their contents), so each host trains on the same data instead of its "
+            "own slice.",
+            "Shard the input by process: grain.sharding.ShardOptions(shard_index="
+            "jax.process_index(), shard_count=jax.process_count()) or, for a MapDataset, "
+            "ds[jax.process_index()::jax.process_count()] before shuffling and batching.",
+        ),
     )
 
 

@@ -194,6 +194,8 @@ class _Capture:
         self.step_traceme: Any = None
         self.grain_events: list[dict[str, Any]] = []
         self.batch_bytes: int | None = None
+        #: Digests of the first batches the loop drew (grain_patches.FINGERPRINTED_BATCHES).
+        self.first_batches: list[str] = []
         self.device_tracer_applied: bool | None = None
         self.grain_worker_profiling: bool | None = None
         self.distributed: dict[str, int] | None = None
@@ -600,6 +602,7 @@ class _Capture:
             "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
             "batch_size": last("batch", "batch_size"),
             "bytes_per_batch": self.batch_bytes,
+            "first_batches": self.first_batches,
             "workers_measured": self._workers_measured(),
             "stages": self._stages_measured(),
             "observed": self.grain_events,
