@@ -387,7 +387,13 @@ def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "workers=0 (1/2): running..." in result.stderr
-    assert f"wrote sweep.json, sweep.csv, sweep.png in {logdir}" in result.stderr
+    # The pipeline's stages were measured in each run: their plot is written too.
+    assert (
+        f"wrote sweep.json, sweep.csv, sweep.png, sweep_input_stages.png in {logdir}"
+        in result.stderr
+    )
+    saved = json.loads((logdir / "sweep.json").read_text())
+    assert all(run["input_stages"]["dominant"] for run in saved["runs"])
     data = json.loads((logdir / JSON_NAME).read_text())
     assert [r["workers"] for r in data["runs"]] == [0, 1]
     assert [r["status"] for r in data["runs"]] == [OK, OK]

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from traceinspect.analysis.input_stages import InputStages
 from traceinspect.errors import TraceInspectError, TraceNotFoundError, UsageError
 from traceinspect.report.sweep import write_sweep
 from traceinspect.sweep import (
@@ -74,7 +75,10 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     saved = json.loads((BUNDLED / "sweep.json").read_text(encoding="utf-8"))
     result = load_sweep(BUNDLED)
     assert load_sweep(BUNDLED / "sweep.json") == result
-    assert result.to_dict() == saved
+    # Written before runs kept their input stages: everything else reads back as it was.
+    out = result.to_dict()
+    assert [r.pop("input_stages") for r in out["runs"]] == [None] * 3
+    assert out == saved
     assert result.chosen == saved["chosen"] == 2
     assert [r.workers for r in result.runs] == [0, 1, 2]
     assert all(r.status == OK for r in result.runs)
@@ -87,6 +91,20 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     assert rows["chosen"].tolist() == csv["chosen"].tolist()
 
 
+STAGES = InputStages(
+    dominant="read",
+    ms_per_batch={"read": 8.0, "preprocessing": 2.0, "batch": 0.5, "prefetch": 0.1,
+                  "transfer": 0.2},
+    where={"read": "workers", "preprocessing": "workers", "batch": "workers", "prefetch": "main",
+           "transfer": "main"},
+    workers=2,
+    effective_ms={"read": 4.0, "preprocessing": 1.0, "batch": 0.25, "prefetch": 0.1,
+                  "transfer": 0.2},
+    budget_ms=9.0,
+    batches=40,
+)  # fmt: skip
+
+
 def test_written_sweep_loads_back(tmp_path: Path) -> None:
     result = summarize_sweep(
         [
@@ -95,16 +113,19 @@ def test_written_sweep_loads_back(tmp_path: Path) -> None:
                      verdict="input-bound", steps=8, exit_code=0),
             SweepRun(workers=2, status=OK, median_ms=10.0, p90_ms=11.0, p10_ms=9.5,
                      mean_ms=10.1, input_wait_ms=0.1, idle_fractions={"input": 0.01},
-                     verdict="device-bound", steps=8, exit_code=0, observed_workers=2),
+                     verdict="device-bound", steps=8, exit_code=0, observed_workers=2,
+                     input_stages=STAGES),
             SweepRun(workers=4, status=CRASHED, exit_code=-9, message="killed"),
             SweepRun(workers=8, status=TIMEOUT, message="still running after 600 s"),
         ],
         command=["python", "train.py", "--workers", "{workers}"],
         logdir=str(tmp_path),
     )  # fmt: skip
-    write_sweep(result, tmp_path)
+    written = write_sweep(result, tmp_path)
     back = load_sweep(tmp_path)
     assert back == result
+    assert back.run(2).input_stages == STAGES
+    assert written["stages_png"].name == "sweep_input_stages.png"
     assert back.chosen == 2
     assert back.run(4).exit_code == -9
     assert math.isclose(back.vs_best(back.run(0)) or 0.0, 2.0)

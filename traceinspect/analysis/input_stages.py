@@ -26,6 +26,7 @@ it in 12 captures with saturated workers (``sample_traces/scenarios/stages``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,11 +61,35 @@ class InputStages:
     batches: int
 
     def to_dict(self) -> dict[str, Any]:
+        """What ``analyze --json`` prints under ``input_stages``."""
         return {
             "dominant": self.dominant,
             "ms_per_batch": {s: self.ms_per_batch[s] for s in STAGES},
             "where": {s: self.where[s] for s in STAGES},
         }
+
+    def to_record(self) -> dict[str, Any]:
+        """Every field, for files that keep the table (a sweep's ``sweep.json``)."""
+        return {
+            **self.to_dict(),
+            "effective_ms": {s: self.effective_ms[s] for s in STAGES},
+            "budget_ms": self.budget_ms,
+            "workers": self.workers,
+            "batches": self.batches,
+        }
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> InputStages:
+        """The table :meth:`to_record` wrote."""
+        return cls(
+            dominant=data["dominant"],
+            ms_per_batch={s: float(data["ms_per_batch"][s]) for s in STAGES},
+            where={s: data["where"][s] for s in STAGES},
+            workers=int(data["workers"]),
+            effective_ms={s: float(data["effective_ms"][s]) for s in STAGES},
+            budget_ms=float(data["budget_ms"]),
+            batches=int(data["batches"]),
+        )
 
 
 def transfer_ns_per_step(events: Any, steps: Steps) -> float:

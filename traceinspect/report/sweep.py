@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 CSV_NAME = "sweep.csv"
 PLOT_NAME = "sweep.png"
+STAGES_PLOT_NAME = "sweep_input_stages.png"
 
 # Okabe-Ito colours (safe for colour-blind readers).
 # The analysis plots' colours: input wait in the input cause's blue, step time in the
@@ -220,6 +221,18 @@ def write_sweep(result: SweepResult, directory: str | Path) -> dict[str, Path]:
     figure: Any = ax.figure
     figure.savefig(path, dpi=120)
     written["png"] = path
+    stages = {
+        f"{r.workers} worker{'s' if r.workers != 1 else ''}": r.input_stages
+        for r in result.runs
+        if r.input_stages is not None
+    }
+    if stages:
+        from traceinspect.report.input_plots import plot_input_stages
+
+        figure = plot_input_stages(stages).figure
+        path = out / STAGES_PLOT_NAME
+        figure.savefig(path, dpi=120)
+        written["stages_png"] = path
     return written
 
 

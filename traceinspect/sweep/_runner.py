@@ -338,4 +338,5 @@ def _analyse(run_dir: str) -> dict[str, Any]:
         "idle_fractions": dict(analysis.cause_fractions),
         "verdict": analysis.verdict,
         "steps": analysis.steps.count,
+        "input_stages": analysis.input_stages,
     }

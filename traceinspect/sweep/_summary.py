@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traceinspect import schema as S
+from traceinspect.analysis.input_stages import InputStages
 from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ OBSERVED_WORKERS = "observed_workers"
 ELAPSED_S = "elapsed_s"
 RUN_DIR = "run_dir"
 MESSAGE = "message"
+INPUT_STAGES = "input_stages"
 
 
 def idle_column(cause: str) -> str:
@@ -74,6 +76,8 @@ class SweepRun:
     elapsed_s: float | None = None
     run_dir: str | None = None
     message: str = ""
+    #: The input pipeline's stages in this run (None without capture's measurement).
+    input_stages: InputStages | None = None
 
     @property
     def ok(self) -> bool:
@@ -112,6 +116,9 @@ class SweepRun:
             elapsed_s=_float(data.get(ELAPSED_S)),
             run_dir=data.get(RUN_DIR),
             message=str(data.get(MESSAGE) or ""),
+            input_stages=(
+                InputStages.from_record(data[INPUT_STAGES]) if data.get(INPUT_STAGES) else None
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +140,7 @@ class SweepRun:
             ELAPSED_S: self.elapsed_s,
             RUN_DIR: self.run_dir,
             MESSAGE: self.message,
+            INPUT_STAGES: self.input_stages.to_record() if self.input_stages else None,
         }
 
 
