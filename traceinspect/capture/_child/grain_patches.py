@@ -107,23 +107,9 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
         return __next__
 
-    def wrap_tree(cls: type) -> None:
-        _wrap_method(cls, "__next__", make_next)
-        sub: type
-        for sub in cls.__subclasses__():
-            wrap_tree(sub)
-
-    wrap_tree(iterator_base)
-    original_init_subclass = iterator_base.__dict__.get("__init_subclass__")
-
-    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
-        if original_init_subclass is not None:
-            original_init_subclass.__func__(cls, **kwargs)
-        else:
-            super(iterator_base, cls).__init_subclass__(**kwargs)
-        _wrap_method(cls, "__next__", make_next)
-
-    iterator_base.__init_subclass__ = classmethod(__init_subclass__)
+    _on_class_tree(
+        iterator_base, ("__next__",), lambda cls, name: _wrap_method(cls, name, make_next)
+    )
 
     loader_mod = sys.modules.get("grain._src.python.data_loader")
     if loader_mod is not None:
@@ -219,6 +205,36 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
     cap.stage_table = _time_stages(False)
 
 
+def _on_class_tree(base: Any, names: tuple[str, ...], wrap: Callable[[type, str], None]) -> None:
+    """``wrap(cls, name)`` for each of ``names`` on ``base`` and every subclass of it, those
+    defined already and those defined later (through ``base.__init_subclass__``, chained to
+    the one it had). Self-contained: pickled by value with :func:`_time_stages`."""
+
+    def walk(cls: type) -> None:
+        for name in names:
+            wrap(cls, name)
+        sub: type
+        for sub in cls.__subclasses__():
+            walk(sub)
+
+    walk(base)
+    previous = base.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        for name in names:
+            wrap(cls, name)
+
+    base.__init_subclass__ = classmethod(__init_subclass__)
+
+
+# Pickled by value into spawned workers (with _time_stages, which calls it).
+_on_class_tree.__module__ = "__main__"
+
+
 #: A stage table: where -> stage -> [self time in ns, calls].
 StageTable = dict[str, dict[str, list[int]]]
 
@@ -237,8 +253,8 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
     increment is lost between threads.
 
     Installed once per process (the table function is kept on Grain's dataset module).
-    Self-contained (imports inside, no module globals) because it is pickled by value into
-    worker processes.
+    Self-contained (imports inside; its one module global, :func:`_on_class_tree`, is pickled
+    by value with it) because it is pickled by value into worker processes.
     """
     import functools as _functools
     import sys as _sys
@@ -310,29 +326,8 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
         timed._traceinspect_stage = True  # type: ignore[attr-defined]
         setattr(cls, name, timed)
 
-    def install(base: Any, names: tuple[str, ...]) -> None:
-        def walk(cls: type) -> None:
-            for name in names:
-                wrap(cls, name)
-            sub: type
-            for sub in cls.__subclasses__():
-                walk(sub)
-
-        walk(base)
-        previous = base.__dict__.get("__init_subclass__")
-
-        def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
-            if previous is not None:
-                previous.__func__(cls, **kwargs)
-            else:
-                super(base, cls).__init_subclass__(**kwargs)
-            for name in names:
-                wrap(cls, name)
-
-        base.__init_subclass__ = classmethod(__init_subclass__)
-
-    install(dataset_mod.MapDataset, ("__getitem__", "_getitems", "__getitems__"))
-    install(dataset_mod.DatasetIterator, ("__next__",))
+    _on_class_tree(dataset_mod.MapDataset, ("__getitem__", "_getitems", "__getitems__"), wrap)
+    _on_class_tree(dataset_mod.DatasetIterator, ("__next__",), wrap)
 
     def snapshot() -> StageTable:
         with lock:
