@@ -36,6 +36,7 @@ from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommenda
 from traceinspect.analysis.steps import Steps, nested
 from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE, WorkerMeasurement
 from traceinspect.sidecar import Sidecar
+from traceinspect.trace import category_mask
 from traceinspect.vocabulary import MATTERS
 
 #: Worker buffers above this share of the memory available at capture are a finding.
@@ -62,8 +63,7 @@ def count_dispatches(events: pd.DataFrame, steps: Steps, device_ns: int) -> Disp
     """``PjitFunction`` calls of the training thread (``events``) starting inside the steps."""
     if len(steps) == 0 or len(events) == 0:
         return Dispatches(0, len(steps), 0, device_ns)
-    names = events[S.NAME].astype(str)
-    calls = events[names.str.match(N.PJIT.pattern).to_numpy()].sort_values(
+    calls = events[category_mask(events[S.NAME].astype("category"), N.PJIT)].sort_values(
         S.START_NS, kind="stable"
     )
     # A jitted function called from inside another counts once: the host dispatches once.

@@ -36,6 +36,7 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps
 from traceinspect.sidecar import Sidecar
+from traceinspect.trace import category_mask
 from traceinspect.vocabulary import PLACES, STAGES, Place, Stage
 
 #: The stages capture measures inside the pipeline.
@@ -97,8 +98,7 @@ def transfer_ns_per_step(events: Any, steps: Steps) -> float:
     events, as :class:`~traceinspect.analysis.training_thread.HostActivity` holds them)."""
     if len(steps) == 0 or len(events) == 0:
         return 0.0
-    names = events[S.NAME].astype(str)
-    mask = names.str.match(N.TRANSFER_EVENT.pattern).to_numpy()
+    mask = category_mask(events[S.NAME].astype("category"), N.TRANSFER_EVENT)
     starts = events[S.START_NS].to_numpy()[mask]
     ends = starts + events[S.DURATION_NS].to_numpy()[mask]
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
