@@ -57,9 +57,12 @@ def _new_axes(width: float, height: float) -> Axes:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - the plots extra is missing
+    except ImportError as exc:  # pragma: no cover - a broken install
+        # matplotlib is a dependency of traceinspect: only a damaged environment lacks it.
         raise UsageError(
-            "Plots need matplotlib, which is not installed: pip install 'traceinspect[plots]'."
+            f"Plots need matplotlib, a dependency of traceinspect, and it cannot be imported "
+            f"here ({exc}): the install is incomplete; reinstall traceinspect "
+            "(pip install --force-reinstall traceinspect) or pip install matplotlib."
         ) from exc
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
