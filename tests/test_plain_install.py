@@ -107,3 +107,7 @@ def test_what_needs_an_extra_says_which_in_one_line(venv: Path, tmp_path: Path) 
     assert parquet.stderr.strip().splitlines() == [
         "Error: --format parquet needs pyarrow: pip install 'traceinspect[parquet]'."
     ]
+    view = _run([venv / "bin" / "traceinspect", "view", SAMPLE], cwd=tmp_path)
+    assert view.returncode == 2
+    (line,) = view.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "pip install 'traceinspect[xprof]'" in line
