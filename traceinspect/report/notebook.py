@@ -48,7 +48,7 @@ NOTEBOOK_TIMELINE_STEPS = 3
 _TIMELINE_DPI = 72
 
 
-def _chip(cause: str) -> str:
+def _cause_swatch(cause: str) -> str:
     color = CAUSE_COLORS.get(cause, BUSY_COLOR)
     return (
         f'<span style="display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em;'
@@ -76,7 +76,8 @@ def _gap_rows(a: Analysis, top: int) -> str:
         return "<p>No idle gaps inside the analysed steps.</p>"
     rows = "".join(
         f"<tr><td>{int(g.step)}</td><td>{float(g.start_ms):,.3f}</td>"
-        f"<td>{g.duration_ns / 1e6:,.3f}</td><td>{_chip(str(g.cause))}{escape(str(g.cause))}</td>"
+        f"<td>{g.duration_ns / 1e6:,.3f}</td>"
+        f"<td>{_cause_swatch(str(g.cause))}{escape(str(g.cause))}</td>"
         f'<td style="text-align:left">{escape(str(g.evidence[0]) if len(g.evidence) else "")}'
         "</td></tr>"
         for g in gaps.itertuples()
@@ -95,7 +96,7 @@ def analysis_html(a: Analysis) -> str:
     color = CAUSE_COLORS.get(cause, BUSY_COLOR) if cause is not None else BUSY_COLOR
     s = a.steps
     causes = "".join(
-        f"<tr><td>{_chip(c)}{c}</td><td>{a.idle_by_cause_ms[c]:,.1f}</td>"
+        f"<tr><td>{_cause_swatch(c)}{c}</td><td>{a.idle_by_cause_ms[c]:,.1f}</td>"
         f"<td>{a.cause_fractions[c]:.1%}</td><td>{band(a.cause_fractions[c])}</td></tr>"
         for c in CAUSES
     )
