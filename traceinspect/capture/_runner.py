@@ -28,7 +28,7 @@ from traceinspect.errors import CaptureError
 
 STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
 # The child rewrites this file in its scratch directory while the script runs (when the
-# caller asked for progress): capture_progress reads it.
+# caller asked for progress): _Reporter reads it.
 STATUS_NAME = "status.json"
 # How often a caller's progress callback is called while the script runs (seconds).
 PROGRESS_EVERY_S = 0.2
