@@ -35,7 +35,17 @@ def test_cli_reference_is_up_to_date() -> None:
 
 def test_every_command_is_documented() -> None:
     names = {" ".join(path) for path in COMMANDS}
-    assert {"", "analyze", "compare", "info", "events", "export", "capture", "sweep"} <= names
+    assert {
+        "",
+        "analyze",
+        "compare",
+        "info",
+        "events",
+        "export",
+        "view",
+        "capture",
+        "sweep",
+    } <= names
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(("traceinspect", *p)))

@@ -82,3 +82,28 @@ def test_without_ipython_the_import_works() -> None:
         "print('ok')\n"
     )
     assert _run(code).split() == ["ok"]
+
+
+def test_an_analysis_shows_its_verdict_gaps_and_a_small_timeline() -> None:
+    import base64
+    import re
+
+    import traceinspect
+    from traceinspect.report import notebook
+
+    analysis = traceinspect.analyze(traceinspect.load(REPO / "sample_traces/scenarios/sync_bound"))
+    html = notebook.analysis_html(analysis)
+    assert "sync-bound</b>: The device sits idle 33% of step time" in html
+    # The longest gap first, with its first line of evidence.
+    assert "<tr><td>46</td><td>135.089</td><td>8.634</td>" in html
+    assert "traceinspect/host_read (__float__) blocked the host" in html
+    gap_rows = re.findall(r"<tr><td>\d+</td><td>[\d.,]+</td><td>[\d.,]+</td>", html)
+    assert len(gap_rows) == notebook.NOTEBOOK_GAPS
+    # One inline PNG, small: a few steps at screen resolution.
+    (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    data = base64.b64decode(png)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 60_000
+    # A pod's compact per-host results keep no timeline: the summary goes without.
+    host = traceinspect.analyze_run(REPO / "sample_traces/pod/straggler", jobs=1).analyses["host2"]
+    assert host.timeline is None
+    assert "data:image/png" not in notebook.analysis_html(host)

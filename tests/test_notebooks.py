@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,10 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+import traceinspect  # noqa: E402  (after the skips: nbformat and nbclient come with [test])
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # What each notebook's last cell must print, so a notebook that runs but says something
 # wrong fails too.
 LAST_OUTPUT = {
@@ -39,6 +44,23 @@ def test_every_notebook_is_checked() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_use_the_exported_names_only(path: Path) -> None:
+    """What a notebook shows is the public API: ``traceinspect.X`` with X in ``__all__``,
+    never a submodule (``traceinspect.pod.load_host``, ``from traceinspect.sweep import``)."""
+    nb = nbformat.read(path, as_version=4)
+    used: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        assert not re.search(r"^\s*(from|import) traceinspect\.", cell.source, re.M), cell.source
+        used |= set(re.findall(r"\btraceinspect\.(\w+)", cell.source))
+        for names in re.findall(r"^\s*from traceinspect import (.+)$", cell.source, re.M):
+            used |= {name.split(" as ")[0].strip() for name in names.split(",")}
+    assert used, "the notebook does not use traceinspect"
+    assert used <= set(traceinspect.__all__), sorted(used - set(traceinspect.__all__))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_saved_with_outputs(path: Path) -> None:
     """The notebooks are read on GitHub without running them: they keep their outputs,
     with plots as images."""
@@ -53,7 +75,10 @@ def test_saved_with_outputs(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path: Path) -> None:
+def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernel imports this checkout's traceinspect, whatever else is installed.
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     nb = nbformat.read(path, as_version=4)
     saved_html = html_cells(nb)
     client = nbclient.NotebookClient(

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import xspace as X
 from click.testing import CliRunner
-
-pytest.importorskip("matplotlib")
-
-import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.collections import Collection, PathCollection
 from matplotlib.colors import to_rgba

@@ -1,17 +1,13 @@
-"""Start-up stays light, and progress is reported only when decoding takes a while."""
+"""Start-up stays light (progress on stderr: tests/test_progress.py)."""
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
-import time
 
-import pytest
 from traces import SAMPLES
 
 import traceinspect
-from traceinspect.cli import _options
 
 
 def test_cli_import_does_not_import_pandas() -> None:
@@ -20,27 +16,37 @@ def test_cli_import_does_not_import_pandas() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
+# Every command's --help, in a fresh interpreter: what it imported afterwards.
+_HELP_IMPORTS = """
+import contextlib, io, sys
+from traceinspect.cli import main
+
+for args in [["--help"], *([name, "--help"] for name in sorted(main.commands))]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(args, prog_name="traceinspect")
+        except SystemExit as exc:
+            assert exc.code == 0, (args, exc.code)
+heavy = ("pandas", "matplotlib", "numpy", "jax", "grain", "xprof", "pyarrow", "fsspec", "dask")
+print(len(main.commands), *(name for name in heavy if name in sys.modules))
+"""
+
+
+def test_help_imports_no_heavy_library() -> None:
+    """`traceinspect --help` and every `traceinspect COMMAND --help` stay fast: no pandas,
+    matplotlib, numpy, jax or an optional extra is imported to print them."""
+    out = subprocess.run(
+        [sys.executable, "-c", _HELP_IMPORTS], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, *imported = out.stdout.split()
+    assert int(count) >= 8  # every command's help was printed
+    assert imported == []
+
+
 def test_load_reports_progress_in_bytes() -> None:
     seen: list[tuple[int, int]] = []
     traceinspect.load(SAMPLES[0], progress=lambda done, total: seen.append((done, total)))
     size = SAMPLES[0].stat().st_size
     assert seen[-1] == (size, size)
     assert all(total == size and 0 <= done <= size for done, total in seen)
-
-
-def test_progress_bar_waits_a_second_and_needs_enabling(monkeypatch: pytest.MonkeyPatch) -> None:
-    err = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", err)
-    clock = iter([0.0, 0.5, 1.5, 2.0])
-    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
-    bar = _options.ProgressBar("Reading x", enabled=True)
-    bar(10, 100)  # at 0.5 s: nothing yet
-    assert err.getvalue() == ""
-    bar(50, 100)  # at 1.5 s: shown
-    assert "Reading x" in err.getvalue() and "50%" in err.getvalue()
-    bar.close()
-    assert err.getvalue().endswith("\r\033[K")
-    quiet = _options.ProgressBar("Reading x", enabled=False)
-    quiet(50, 100)
-    quiet.close()
-    assert err.getvalue().count("Reading x") == 1

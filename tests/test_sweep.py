@@ -312,7 +312,7 @@ def test_runs_classified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     commands: list[tuple[list[str], int | None]] = []
 
     def fake(command: list[str], options: CaptureOptions, timeout_s: float | None,
-             log_path: Path) -> _runner._Outcome:  # fmt: skip
+             log_path: Path, tick: object = None) -> _runner._Outcome:  # fmt: skip
         commands.append((command, options.workers))
         log_path.write_text("Traceback ...\nRuntimeError: boom at step 0\n")
         return outcomes[int(Path(options.logdir).name.split("_")[1])]
@@ -348,7 +348,7 @@ def test_placeholder_goes_into_the_command(tmp_path: Path, monkeypatch: pytest.M
     seen: list[tuple[list[str], int | None]] = []
 
     def fake(command: list[str], options: CaptureOptions, timeout_s: float | None,
-             log_path: Path) -> _runner._Outcome:  # fmt: skip
+             log_path: Path, tick: object = None) -> _runner._Outcome:  # fmt: skip
         seen.append((command, options.workers))
         return _runner._Outcome(None, "not run", False, 0.0)
 
@@ -386,7 +386,9 @@ def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     ]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "workers=0 (1/2): running..." in result.stderr
+    # A line per count once it ended; the status line only on a terminal (not here).
+    assert "traceinspect: workers=0 (1/2): median" in result.stderr
+    assert "running for" not in result.stderr and "\r" not in result.stderr
     # The pipeline's stages were measured in each run: their plot is written too.
     assert (
         f"wrote sweep.json, sweep.csv, sweep.png, sweep_input_stages.png in {logdir}"

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from traceinspect.analysis.compare import Comparison, compare
     from traceinspect.analysis.result import Analysis
     from traceinspect.analysis.straggler import PodAnalysis
-    from traceinspect.pod import analyze_run
+    from traceinspect.pod import analyze_run, load_host
     from traceinspect.report.html import render_html
+    from traceinspect.report.input_plots import plot_input_stages
     from traceinspect.report.perfetto import PerfettoTrace, perfetto_trace
     from traceinspect.report.plots import (
         analysis_figures,
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
         plot_timeline,
     )
     from traceinspect.report.pod_plots import plot_host_steps, plot_hosts
-    from traceinspect.sweep import SweepResult, run_sweep
+    from traceinspect.report.sweep import plot_sweep, render_sweep
+    from traceinspect.sweep import SweepResult, load_sweep, run_sweep
     from traceinspect.trace import LoadInfo, Trace, load, typed_values
 
 # pandas takes ~0.3 s to import: the names that need it load on first use, so
@@ -53,6 +55,11 @@ _LAZY = {
     "compare": ("traceinspect.analysis.compare", "compare"),
     "PodAnalysis": ("traceinspect.analysis.straggler", "PodAnalysis"),
     "analyze_run": ("traceinspect.pod", "analyze_run"),
+    "load_host": ("traceinspect.pod", "load_host"),
+    "plot_input_stages": ("traceinspect.report.input_plots", "plot_input_stages"),
+    "plot_sweep": ("traceinspect.report.sweep", "plot_sweep"),
+    "render_sweep": ("traceinspect.report.sweep", "render_sweep"),
+    "load_sweep": ("traceinspect.sweep", "load_sweep"),
     "plot_hosts": ("traceinspect.report.pod_plots", "plot_hosts"),
     "plot_host_steps": ("traceinspect.report.pod_plots", "plot_host_steps"),
     "analysis_figures": ("traceinspect.report.plots", "analysis_figures"),
@@ -148,13 +155,18 @@ __all__ = [
     "analyze_run",
     "compare",
     "load",
+    "load_host",
+    "load_sweep",
     "perfetto_trace",
     "plot_gap_distribution",
     "plot_host_steps",
     "plot_hosts",
+    "plot_input_stages",
     "plot_step_breakdown",
+    "plot_sweep",
     "plot_timeline",
     "render_html",
+    "render_sweep",
     "run_sweep",
     "schema",
     "typed_values",

@@ -171,6 +171,7 @@ def analyze(trace: Trace) -> Analysis:
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),
             training_line_row=host.main_line_row,
             device_lines=activity.work_line_rows,
+            origin_ns=trace.start_ns,
         ),
     )
     if invariants.enabled():

@@ -24,12 +24,14 @@ class Timeline:
     given to one cause. Step bounds and idle spans by cause are ``per_step`` and ``gaps``.
     ``training_line_row`` and ``device_lines`` say which lines (``Trace.lines`` rows) those
     are: the training thread (None when none was found) and the lines whose events are the
-    devices' work."""
+    devices' work. ``origin_ns``: the trace's first event, where times are counted from (as
+    ``start_ms``), so a timeline can be drawn from the analysis alone."""
 
     busy: dict[str, Intervals]
     thread: dict[str, Intervals]
     training_line_row: int | None
     device_lines: tuple[int, ...] = ()
+    origin_ns: int = 0
 
     @property
     def training_thread_found(self) -> bool:

@@ -52,7 +52,14 @@ from traceinspect.capture._child._base import (
     ANNOTATIONS,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
-from traceinspect.capture._runner import STEP_SOURCES, CaptureOptions, CaptureResult, run_capture
+from traceinspect.capture._runner import (
+    STEP_SOURCES,
+    CaptureOptions,
+    CaptureProgress,
+    CaptureResult,
+    ProgressCallback,
+    run_capture,
+)
 from traceinspect.sidecar import FILE_NAME as SIDECAR_NAME
 from traceinspect.sidecar import file_name as sidecar_name
 
@@ -64,7 +71,9 @@ __all__ = [
     "SIDECAR_NAME",
     "STEP_SOURCES",
     "CaptureOptions",
+    "CaptureProgress",
     "CaptureResult",
+    "ProgressCallback",
     "ScriptCommand",
     "parse_command",
     "run_capture",

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
@@ -27,6 +27,11 @@ from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.errors import CaptureError
 
 STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
+# The child rewrites this file in its scratch directory while the script runs (when the
+# caller asked for progress): _Reporter reads it.
+STATUS_NAME = "status.json"
+# How often a caller's progress callback is called while the script runs (seconds).
+PROGRESS_EVERY_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,62 @@ class CaptureResult:
             "partial_reasons": list(self.partial_reasons),
             "summary": self.summary(),
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureProgress:
+    """Where a running capture is, as its child last said (for a progress display).
+
+    ``phase``: ``starting`` (no word from the child yet), ``waiting`` (counting steps until
+    the window opens), ``tracing``, ``writing`` (the profiler writes the trace) or ``done``
+    (the window is captured; the script may go on)."""
+
+    elapsed_s: float
+    phase: str = "starting"
+    #: Steps of the chosen step source so far, and the time of the last complete one.
+    steps: int = 0
+    last_step_ms: float | None = None
+    #: The window's first step and the last traced so far (None before it opens).
+    first_step: int | None = None
+    last_step: int | None = None
+    #: How the window opened (``skip``, ``steady``, ``time_bound``), once it did.
+    rule: str | None = None
+    #: ``--skip-steps`` (None: the steady-state rule).
+    skip_steps: int | None = None
+    #: The step source (``annotation``, ``grain``, ``jit``, ``time``), once chosen.
+    source: str | None = None
+
+
+ProgressCallback = Callable[[CaptureProgress], None]
+
+
+def _read_status(path: str | Path) -> dict[str, Any] | None:
+    """The child's status file (:class:`CaptureProgress`'s fields but the time), or None
+    while there is none."""
+    try:
+        status = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict):
+        return None
+    known = {f.name for f in dataclasses.fields(CaptureProgress)} - {"elapsed_s"}
+    return {key: value for key, value in status.items() if key in known}
+
+
+class _Reporter:
+    """Calls ``progress`` with the child's last status (kept when a read finds none)."""
+
+    def __init__(self, progress: ProgressCallback, status_path: str) -> None:
+        self.progress = progress
+        self.status_path = status_path
+        self.started = time.monotonic()
+        self.last: dict[str, Any] = {}
+
+    def __call__(self) -> None:
+        status = _read_status(self.status_path)
+        if status is not None:
+            self.last = status
+        self.progress(CaptureProgress(time.monotonic() - self.started, **self.last))
 
 
 def _prepare_logdir(logdir: str, run_name: str | None = None) -> tuple[str, str, str]:
@@ -314,14 +375,16 @@ class _SignalRelay:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
 
-    def wait(self) -> int:
+    def wait(self, tick: Callable[[], None] | None = None) -> int:
         while True:
             try:
-                return self.proc.wait(timeout=0.2)
+                return self.proc.wait(timeout=PROGRESS_EVERY_S)
             except subprocess.TimeoutExpired:
                 if self.kill_at is not None and time.monotonic() > self.kill_at:
                     self._send(signal.SIGKILL)
                     self.kill_at = None
+                if tick is not None:
+                    tick()
 
 
 def _read_report(path: str) -> SC.ChildReportJSON | None:
@@ -343,12 +406,17 @@ def _exit_code(returncode: int) -> tuple[int, str | None]:
     return 128 - returncode, name
 
 
-def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -> CaptureResult:
+def run_capture(
+    command: Sequence[str],
+    options: CaptureOptions | None = None,
+    progress: ProgressCallback | None = None,
+) -> CaptureResult:
     """Run ``command`` (a Python script or module) under the profiler and write a run directory.
 
     Returns once the script has ended. The script's exit code is in the result; errors in the
     command or the log directory raise :class:`~traceinspect.errors.CaptureError` before the
-    script starts.
+    script starts. ``progress`` is called every ``PROGRESS_EVERY_S`` while the script runs
+    with a :class:`CaptureProgress` (steps seen, the window's state).
     """
     options = options or CaptureOptions()
     options.check()
@@ -360,6 +428,8 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
         if shared:
             _claim_host(run_dir, options, cmd)
         config = _child_config(cmd, options, run_dir, scratch)
+        if progress is not None:
+            config["status_path"] = str(Path(scratch, STATUS_NAME))
         config_path = Path(scratch, "config.json")
         config_path.write_text(json.dumps(config), encoding="utf-8")
         argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
@@ -376,8 +446,9 @@ def run_capture(command: Sequence[str], options: CaptureOptions | None = None) -
             Path(run_dir).rmdir()
         raise CaptureError(f"cannot start {cmd.python!r}: {exc.strerror or exc}") from None
     relay = _SignalRelay(proc, options.kill_grace_s)
+    tick = None if progress is None else _Reporter(progress, config["status_path"])
     with relay.installed():
-        returncode = relay.wait()
+        returncode = relay.wait(tick)
     ended_ns = time.time_ns()
 
     exit_code, exit_signal = _exit_code(returncode)

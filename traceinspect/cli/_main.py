@@ -49,8 +49,9 @@ def _register() -> None:
     from traceinspect.cli.export import export
     from traceinspect.cli.info import info
     from traceinspect.cli.sweep import sweep
+    from traceinspect.cli.view import view
 
-    for command in (analyze, compare, info, events, export, capture, sweep):
+    for command in (analyze, compare, info, events, export, view, capture, sweep):
         main.add_command(command)
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
-import sys
-import time
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from traceinspect.cli._progress import StatusLine
 
 if TYPE_CHECKING:
     from traceinspect.xplane.fs import URLPath
@@ -29,11 +31,21 @@ class TraceRequest:
     no_cache: bool
     decoder: DecoderName  # click.Choice keeps it to these
     quiet: bool
+    #: False with --json: stderr shows no progress while the JSON is written.
+    show_progress: bool = True
 
     def load(self, located: Located | None = None) -> Any:
         """The trace; ``located``: what :func:`~traceinspect.xplane.locate.locate` already
         made of ``path`` (it is not listed again)."""
-        return load_trace(self.path, self.run, self.no_cache, self.decoder, self.quiet, located)
+        return load_trace(
+            self.path,
+            self.run,
+            self.no_cache,
+            self.decoder,
+            self.quiet,
+            located,
+            show_progress=self.show_progress,
+        )
 
 
 def trace_input(func: F) -> F:
@@ -49,6 +61,7 @@ def trace_input(func: F) -> F:
             no_cache=kwargs.pop("no_cache"),
             decoder=kwargs.pop("decoder"),
             quiet=kwargs.pop("quiet"),
+            show_progress=not kwargs.get("as_json", False),
         )
         return func(request=request, **kwargs)
 
@@ -72,7 +85,7 @@ def trace_input(func: F) -> F:
             hidden=True,
             help="Force a decoder (for debugging and benchmarks).",
         ),
-        click.option("-q", "--quiet", is_flag=True, help="No progress bar or notes on stderr."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
     ]
     decorated: Any = wrapper
     for option in reversed(options):
@@ -84,31 +97,25 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(func)
 
 
-class ProgressBar:
-    """A progress bar on stderr that appears only once decoding has taken a second."""
+# Decoding that ends sooner shows no progress: a line that flashes by says nothing.
+DECODE_PROGRESS_AFTER_S = 1.5
 
-    def __init__(self, label: str, enabled: bool) -> None:
+
+class DecodeProgress:
+    """``load()``'s progress callback, shown as files and bytes decoded on a status line."""
+
+    def __init__(self, label: str, sizes: Sequence[int], line: StatusLine) -> None:
         self.label = label
-        self.enabled = enabled
-        self.started = time.monotonic()
-        self.shown = False
+        self.ends = list(itertools.accumulate(sizes))
+        self.line = line
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or time.monotonic() - self.started < 1.0:
-            return
-        self.shown = True
+        files = bisect.bisect_right(self.ends, done)
         frac = min(done / total, 1.0) if total else 1.0
-        width = 30
-        bar = "#" * int(frac * width)
-        sys.stderr.write(
-            f"\r{self.label} [{bar:<{width}}] {frac:4.0%} {done / 1e6:,.0f}/{total / 1e6:,.0f} MB"
+        self.line.show(
+            f"{self.label}: {files}/{len(self.ends)} file(s), "
+            f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB decoded ({frac:.0%})"
         )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
 
 
 def load_trace(
@@ -118,21 +125,19 @@ def load_trace(
     decoder: DecoderName,
     quiet: bool,
     located: Located | None = None,
+    show_progress: bool = True,
 ) -> Any:
-    """Load with a progress bar on a terminal, and say which run was picked."""
+    """Load with progress on a terminal (when decoding takes a while), and say which run
+    was picked."""
     from traceinspect.trace import load
+    from traceinspect.xplane.locate import locate
 
-    bar = ProgressBar(f"Reading {path.name}", enabled=not quiet and sys.stderr.isatty())
-    try:
-        trace = load(
-            located or path,
-            run=run,
-            decoder=decoder,
-            use_cache=not no_cache,
-            progress=bar,
-        )
-    finally:
-        bar.close()
+    located = located or locate(path, run)
+    with StatusLine.on_stderr(
+        quiet=quiet or not show_progress, delay_s=DECODE_PROGRESS_AFTER_S
+    ) as line:
+        progress = DecodeProgress(f"Reading {path.name}", [f.size for f in located.run.files], line)
+        trace = load(located, decoder=decoder, use_cache=not no_cache, progress=progress)
     note_newest_run(trace.located, path, quiet)
     return trace
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.cli._options import TraceRequest, json_option, note_newest_run, trace_input
+from traceinspect.cli._progress import StatusLine
 from traceinspect.errors import UsageError
 
 if TYPE_CHECKING:
@@ -169,15 +169,12 @@ def _analyze_pod(
     from traceinspect.pod import analyze_run
     from traceinspect.report.pod import render_pod
 
-    show = not request.quiet and sys.stderr.isatty()
+    with StatusLine.on_stderr(request.quiet, as_json) as line:
 
-    def progress(done: int, total: int, result: HostResult) -> None:
-        if show:
+        def progress(done: int, total: int, result: HostResult) -> None:
             status = "failed" if result.error else f"{result.seconds:.1f} s"
-            sys.stderr.write(f"\r\033[KAnalysed {done}/{total} hosts ({result.host}: {status})")
-            sys.stderr.flush()
+            line.show(f"Analysed {done}/{total} hosts ({result.host}: {status})", force=True)
 
-    try:
         pod = analyze_run(
             located,
             hosts=hosts or None,
@@ -187,10 +184,6 @@ def _analyze_pod(
             use_cache=not request.no_cache,
             progress=progress,
         )
-    finally:
-        if show:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
     note_newest_run(located, request.path, request.quiet)
     if as_json:
         click.echo(json.dumps(pod.to_dict(), indent=2))

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.capture import CaptureOptions, CaptureResult, run_capture
+from traceinspect.capture import CaptureOptions, CaptureProgress, CaptureResult, run_capture
 from traceinspect.cli._options import ProfilerSettings, profiler_options
+from traceinspect.cli._progress import StatusLine, duration
 from traceinspect.errors import TraceInspectError
 
 if TYPE_CHECKING:
@@ -28,6 +29,30 @@ def _analysis(result: CaptureResult) -> Analysis | str:
         return run_analysis(load(path, use_cache=False))
     except TraceInspectError as exc:
         return f"cannot analyze the trace: {exc}"
+
+
+def progress_text(p: CaptureProgress) -> str:
+    """The capture's status line: steps seen, the last step's time, the window's state."""
+    if p.phase == "starting" or (p.phase == "waiting" and not p.steps):
+        return f"capture: waiting for the first step ({duration(p.elapsed_s)})"
+    steps = f"{p.steps} steps" if p.source != "time" else "a time window"
+    if p.last_step_ms is not None:
+        steps += f", last {p.last_step_ms:,.1f} ms"
+    window = f"{p.first_step}-{p.last_step}" if p.first_step is not None else ""
+    if p.phase == "waiting":
+        state = (
+            f"skipping to step {p.skip_steps}"
+            if p.skip_steps is not None
+            else "warming up (step times not steady yet)"
+        )
+    elif p.phase == "tracing":
+        opened = "steady: " if p.rule == "steady" else ""
+        state = f"{opened}tracing steps {window}" if window else "tracing"
+    elif p.phase == "writing":
+        state = "writing the trace"
+    else:
+        state = f"traced steps {window}; the script goes on" if window else "traced"
+    return f"capture: {steps}; {state} ({duration(p.elapsed_s)})"
 
 
 @click.command(
@@ -90,7 +115,12 @@ def _analysis(result: CaptureResult) -> Analysis | str:
 )
 @profiler_options
 @click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
-@click.option("--quiet", is_flag=True, help="No message from the script's process.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No message from traceinspect in the script's process, and no progress line.",
+)
 @click.option(
     "--analyze", is_flag=True, help="Analyze the trace once captured (as `traceinspect analyze`)."
 )
@@ -144,7 +174,10 @@ def capture(
         **profiler.capture_kwargs(),
         quiet=quiet,
     )
-    result = run_capture(command, options)
+    # The script writes to the same terminal: the line keeps the last row for itself.
+    with StatusLine.on_stderr(quiet, as_json, interval_s=0.25, bottom=True) as line:
+        progress = None if not line.enabled else lambda p: line.show(progress_text(p))
+        result = run_capture(command, options, progress=progress)
     analysis = _analysis(result) if analyze else None
     if as_json:
         out = result.to_dict()

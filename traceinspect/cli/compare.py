@@ -23,7 +23,7 @@ from traceinspect.cli._options import TraceRequest, json_option
     help="Which run of AFTER to read, if it is a log directory (default: the newest).",
 )
 @click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or notes on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @json_option
 def compare(
     before: str,
@@ -52,7 +52,7 @@ def compare(
     from traceinspect.xplane.fs import to_location
 
     analyses = [
-        analyze(TraceRequest(to_location(path), run, no_cache, "auto", quiet).load())
+        analyze(TraceRequest(to_location(path), run, no_cache, "auto", quiet, not as_json).load())
         for path, run in ((before, run_before), (after, run_after))
     ]
     result = run_compare(*analyses)

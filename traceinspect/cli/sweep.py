@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.cli._options import ProfilerSettings, profiler_options
+from traceinspect.cli._progress import StatusLine, duration
 
 # As traceinspect.sweep.METRICS, without importing the library when the CLI starts.
 _METRICS = ("median", "mean")
@@ -36,12 +37,31 @@ def _describe(run: SweepRun) -> str:
     return f"{run.status}: {run.message}" if run.message else run.status
 
 
-def _progress(event: SweepProgress) -> None:
-    where = f"workers={event.workers} ({event.index + 1}/{event.total})"
-    if event.run is None:
-        click.echo(f"traceinspect: {where}: running...", err=True)
-    else:
-        click.echo(f"traceinspect: {where}: {_describe(event.run)}", err=True)
+class _Progress:
+    """The sweep's status line (the count running, how many are left, an estimate of the
+    time left from the counts done so far) and a line per count once it ended."""
+
+    def __init__(self, line: StatusLine, quiet: bool) -> None:
+        self.line = line
+        self.quiet = quiet
+        self.done_s: list[float] = []
+
+    def __call__(self, event: SweepProgress) -> None:
+        where = f"workers={event.workers} ({event.index + 1}/{event.total})"
+        if event.run is not None:
+            self.done_s.append(event.elapsed_s)
+            if not self.quiet:
+                self.line.note(f"traceinspect: {where}: {_describe(event.run)}")
+            return
+        after = event.total - event.index - 1
+        text = f"sweep: {where} running for {duration(event.elapsed_s)}, {after} more after it"
+        if self.done_s:
+            per_count = sum(self.done_s) / len(self.done_s)
+            left = max(per_count - event.elapsed_s, 0.0) + after * per_count
+            text += f"; about {duration(left)} left"
+        elif after:
+            text += "; time left known once it ends"
+        self.line.show(text)
 
 
 @click.command(
@@ -107,6 +127,7 @@ def _progress(event: SweepProgress) -> None:
     help="Compare counts by median step time, or by mean (throughput; for bursty steps).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def sweep(
@@ -122,6 +143,7 @@ def sweep(
     tolerance: float,
     metric: str,
     as_json: bool,
+    quiet: bool,
     command: tuple[str, ...],
 ) -> None:
     """Measure step time against Grain's worker count, and pick the count to use.
@@ -150,22 +172,22 @@ def sweep(
         stop_after=stop_after,
         **profiler.capture_kwargs(),
     )
-    result = run_sweep(
-        command,
-        worker_counts,
-        options,
-        timeout_s=timeout_s or None,
-        tolerance=tolerance,
-        metric=metric,
-        progress=_progress,
-    )
+    with StatusLine.on_stderr(quiet, as_json) as line:
+        result = run_sweep(
+            command,
+            worker_counts,
+            options,
+            timeout_s=timeout_s or None,
+            tolerance=tolerance,
+            metric=metric,
+            progress=_Progress(line, quiet),
+        )
     written = write_sweep(result, logdir)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         click.echo(render_sweep(result))
-    names = ", ".join(path.name for path in written.values())
-    click.echo(f"traceinspect: wrote {names} in {logdir}", err=True)
-    if "png" not in written:
-        click.echo("traceinspect: no plot: matplotlib is not installed", err=True)
+    if not quiet:
+        names = ", ".join(path.name for path in written.values())
+        click.echo(f"traceinspect: wrote {names} in {logdir}", err=True)
     ctx.exit(0 if result.chosen is not None else 1)

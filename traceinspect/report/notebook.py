@@ -4,12 +4,23 @@ formatter, so the objects render as HTML and their own layers never import the r
 
 from __future__ import annotations
 
+import base64
 from html import escape
 from typing import TYPE_CHECKING
 
 from traceinspect import schema as S
+from traceinspect.report.plots import (
+    BUSY_COLOR,
+    CAUSE_COLORS,
+    _figure_of,
+    _new_axes,
+    draw_timeline,
+    figure_png,
+    top_cause,
+)
+from traceinspect.report.sweep import choice_sentence
 from traceinspect.sweep._summary import RUN_DIR
-from traceinspect.vocabulary import CAUSES
+from traceinspect.vocabulary import CAUSES, band
 
 if TYPE_CHECKING:
     from traceinspect.analysis.compare import Comparison
@@ -30,18 +41,79 @@ def trace_html(trace: Trace) -> str:
     )
 
 
-def analysis_html(a: Analysis) -> str:
-    """The verdict, idle time by cause, and what to do."""
+# The notebook summary: the longest gaps it lists, the steps its timeline shows, and the
+# image's size (one small figure: the summary renders in well under a second).
+NOTEBOOK_GAPS = 5
+NOTEBOOK_TIMELINE_STEPS = 3
+_TIMELINE_DPI = 72
+
+
+def _cause_swatch(cause: str) -> str:
+    color = CAUSE_COLORS.get(cause, BUSY_COLOR)
+    return (
+        f'<span style="display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em;'
+        f'background:{color};border-radius:2px"></span>'
+    )
+
+
+def timeline_img(a: Analysis, steps: int = NOTEBOOK_TIMELINE_STEPS) -> str:
+    """A few steps' timeline as an inline PNG (``<img>``), drawn from the analysis alone;
+    empty when it has no timeline (a pod's compact per-host results) or no step."""
+    if a.timeline is None or a.per_step.empty:
+        return ""
+    ax = _new_axes(9.0, 1.7 + 0.4 * max(1, len(a.devices)))
+    draw_timeline(a, a.timeline, steps, ax)
+    data = base64.b64encode(figure_png(_figure_of(ax), dpi=_TIMELINE_DPI)).decode("ascii")
+    return (
+        f'<img src="data:image/png;base64,{data}" style="max-width:100%" '
+        f'alt="timeline of {steps} steps: device busy and idle time by cause">'
+    )
+
+
+def _gap_rows(a: Analysis, top: int) -> str:
+    gaps = a.gaps.sort_values(S.DURATION_NS, ascending=False).head(top)
+    if gaps.empty:
+        return "<p>No idle gaps inside the analysed steps.</p>"
     rows = "".join(
-        f"<tr><td>{c}</td><td>{a.idle_by_cause_ms[c]:,.1f}</td>"
-        f"<td>{a.cause_fractions[c]:.1%}</td></tr>"
+        f"<tr><td>{int(g.step)}</td><td>{float(g.start_ms):,.3f}</td>"
+        f"<td>{g.duration_ns / 1e6:,.3f}</td>"
+        f"<td>{_cause_swatch(str(g.cause))}{escape(str(g.cause))}</td>"
+        f'<td style="text-align:left">{escape(str(g.evidence[0]) if len(g.evidence) else "")}'
+        "</td></tr>"
+        for g in gaps.itertuples()
+    )
+    return (
+        f"<p><b>Longest gaps</b> ({len(gaps)} of {len(a.gaps)}; ms from the trace's first "
+        "event)</p><table><tr><th>step</th><th>at ms</th><th>ms</th><th>cause</th>"
+        f'<th style="text-align:left">evidence</th></tr>{rows}</table>'
+    )
+
+
+def analysis_html(a: Analysis) -> str:
+    """The verdict, the step time and busy share, a small timeline, idle time by cause, the
+    longest gaps and what to do."""
+    cause = top_cause(a)
+    color = CAUSE_COLORS.get(cause, BUSY_COLOR) if cause is not None else BUSY_COLOR
+    s = a.steps
+    causes = "".join(
+        f"<tr><td>{_cause_swatch(c)}{c}</td><td>{a.idle_by_cause_ms[c]:,.1f}</td>"
+        f"<td>{a.cause_fractions[c]:.1%}</td><td>{band(a.cause_fractions[c])}</td></tr>"
         for c in CAUSES
     )
     recs = "".join(f"<li>{escape(r.message or r.kind)}</li>" for r in a.recommendations)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in a.notes)
     return (
-        f"<p><b>{escape(a.verdict)}</b>: {escape(a.summary)}</p>"
-        f"<table><tr><th>cause</th><th>idle ms</th><th>of step time</th></tr>{rows}</table>"
-        f"<ul>{recs}</ul>"
+        f'<p><b style="color:{color}">{escape(a.verdict)}</b>: {escape(a.summary)}</p>'
+        f"<p>{s.count} steps ({escape(s.source)}): median {s.median_ms:,.2f} ms, p90 "
+        f"{s.p90_ms:,.2f} ms; device busy {a.busy_fraction:.1%} of step time, "
+        f"{a.device_busy_ms_per_step:,.2f} ms of device work per step</p>"
+        + timeline_img(a)
+        + "<p><b>Idle time by cause</b> (summed over the steps)</p>"
+        "<table><tr><th>cause</th><th>idle ms</th><th>of step time</th><th></th></tr>"
+        f"{causes}</table>"
+        + _gap_rows(a, NOTEBOOK_GAPS)
+        + (f"<p><b>What to do</b></p><ul>{recs}</ul>" if recs else "")
+        + (f'<ul style="color:#8a5a00">{notes}</ul>' if notes else "")
     )
 
 
@@ -103,6 +175,7 @@ def pod_html(pod: PodAnalysis) -> str:
 
 
 def sweep_html(result: SweepResult) -> str:
-    """The chosen worker count and the sweep's table (without the run directories)."""
+    """The chosen worker count and why, and the sweep's table (without the run
+    directories)."""
     table: str = result.rows().drop(columns=[RUN_DIR]).to_html(index=False, na_rep="")
-    return f"<p>chosen: <b>{result.chosen}</b> workers</p>{table}"
+    return f"<p>{escape(choice_sentence(result))}</p>{table}"

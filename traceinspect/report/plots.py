@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +58,12 @@ def _new_axes(width: float, height: float) -> Axes:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - the plots extra is missing
+    except ImportError as exc:  # pragma: no cover - a broken install
+        # matplotlib is a dependency of traceinspect: only a damaged environment lacks it.
         raise UsageError(
-            "Plots need matplotlib, which is not installed: pip install 'traceinspect[plots]'."
+            f"Plots need matplotlib, a dependency of traceinspect, and it cannot be imported "
+            f"here ({exc}): the install is incomplete; reinstall traceinspect "
+            "(pip install --force-reinstall traceinspect) or pip install matplotlib."
         ) from exc
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -115,6 +119,7 @@ def timeline_of(trace: Trace, analysis: Analysis, host: HostActivity | None = No
         thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in THREAD_ORDER]),
         training_line_row=host.main_line_row,
         device_lines=activity.work_line_rows,
+        origin_ns=trace.start_ns,
     )
 
 
@@ -162,17 +167,31 @@ def plot_timeline(
     if ax is None:
         n_devices = max(1, len(analysis.devices))
         ax = _new_axes(11.0, 2.4 + 0.55 * n_devices)
+    timeline = timeline_of(trace, analysis, host)
+    return draw_timeline(
+        analysis, replace(timeline, origin_ns=trace.start_ns), steps, ax, first_step
+    )
+
+
+def draw_timeline(
+    analysis: Analysis,
+    timeline: Timeline,
+    steps: int,
+    ax: Axes,
+    first_step: int | None = None,
+) -> Axes:
+    """:func:`plot_timeline`'s drawing, from an analysis and its timeline alone (times from
+    ``timeline.origin_ns``): for a notebook's summary, which has no trace at hand."""
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory
 
     per_step = analysis.per_step
-    origin = trace.start_ns
+    origin = timeline.origin_ns
     i0, i1 = step_window(analysis, steps, first_step)
     shown = per_step.iloc[i0:i1]
     lo = int(shown[S.START_NS].iloc[0])
     hi = int(shown[S.START_NS].iloc[-1] + shown[S.WALL_NS].iloc[-1])
 
-    timeline = timeline_of(trace, analysis, host)
     busy = timeline.busy
     devices = list(busy)
     height = 0.6

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS
+from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS, _new_axes
 from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose
 from traceinspect.sweep._load import JSON_NAME
 from traceinspect.vocabulary import CAUSES
@@ -145,9 +145,7 @@ def plot_sweep(result: SweepResult, ax: Axes | None = None) -> Axes:
     count is marked, and counts whose run failed are named on the axis.
     """
     if ax is None:
-        from matplotlib.figure import Figure
-
-        ax = Figure(figsize=(7, 4.2), layout="constrained").add_subplot()
+        ax = _new_axes(7.0, 4.2)
     positions = {run.workers: i for i, run in enumerate(result.runs)}
     ok = [run for run in result.runs if run.ok]
     x = [positions[run.workers] for run in ok]
@@ -206,16 +204,12 @@ def plot_sweep(result: SweepResult, ax: Axes | None = None) -> Axes:
 
 
 def write_sweep(result: SweepResult, directory: str | Path) -> dict[str, Path]:
-    """Write ``sweep.json``, ``sweep.csv`` and (with matplotlib) ``sweep.png``; return them."""
+    """Write ``sweep.json``, ``sweep.csv`` and ``sweep.png``; return them."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     written["json"] = _write_text(out / JSON_NAME, json.dumps(result.to_dict(), indent=2) + "\n")
     written["csv"] = _write_text(out / CSV_NAME, result.rows().to_csv(index=False))
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return written
     ax = plot_sweep(result)
     path = out / PLOT_NAME
     figure: Any = ax.figure

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -48,15 +49,19 @@ _BOOTSTRAP = (
 
 @dataclasses.dataclass(frozen=True)
 class SweepProgress:
-    """Where a sweep is: ``run`` is None when the count starts, the result when it ended."""
+    """Where a sweep is: ``run`` is None when the count starts and while it runs, the
+    result when it ended; ``elapsed_s``: seconds since this count started."""
 
     workers: int
     index: int
     total: int
     run: SweepRun | None = None
+    elapsed_s: float = 0.0
 
 
 ProgressCallback = Callable[[SweepProgress], None]
+# While a count runs, progress is called this often (seconds).
+PROGRESS_EVERY_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +110,8 @@ def run_sweep(
     written into it; otherwise capture's Grain override (``CaptureOptions.workers``) sets it.
     A run that crashes, writes no trace, cannot be analysed or runs longer than ``timeout_s``
     (it is then terminated, and killed ``TIMEOUT_GRACE_S`` later) becomes a row saying so,
-    and the sweep goes on. ``progress`` is called before and after each count. ``metric``
+    and the sweep goes on. ``progress`` is called when a count starts, about every
+    ``PROGRESS_EVERY_S`` while it runs (``run`` None) and when it ends. ``metric``
     (``median`` or ``mean`` step time) and ``tolerance`` decide the chosen count.
 
     Errors in the command, the options or the log directory raise
@@ -121,12 +127,16 @@ def run_sweep(
     placeholder = any(PLACEHOLDER in arg for arg in command)
     runs: list[SweepRun] = []
     for index, workers in enumerate(counts):
+        started = time.monotonic()
+        tick: Callable[[], None] | None = None
         if progress is not None:
-            progress(SweepProgress(workers, index, len(counts)))
-        run = _run_one(command, workers, options, timeout_s, placeholder)
+            tick = functools.partial(_tick, progress, workers, index, len(counts), started)
+            tick()
+        run = _run_one(command, workers, options, timeout_s, placeholder, tick)
         runs.append(run)
         if progress is not None:
-            progress(SweepProgress(workers, index, len(counts), run))
+            elapsed = time.monotonic() - started
+            progress(SweepProgress(workers, index, len(counts), run, elapsed))
     return summarize_sweep(
         runs,
         tolerance=tolerance,
@@ -136,12 +146,17 @@ def run_sweep(
     )
 
 
+def _tick(progress: ProgressCallback, workers: int, index: int, total: int, started: float) -> None:
+    progress(SweepProgress(workers, index, total, elapsed_s=time.monotonic() - started))
+
+
 def _run_one(
     command: Sequence[str],
     workers: int,
     options: CaptureOptions,
     timeout_s: float | None,
     placeholder: bool,
+    tick: Callable[[], None] | None = None,
 ) -> SweepRun:
     logdir = run_dir_for(options.logdir, workers)
     try:
@@ -162,12 +177,17 @@ def _run_one(
         run_options,
         timeout_s,
         log_path,
+        tick,
     )
     return _judge(workers, outcome, timeout_s, log_path)
 
 
 def _capture_with_timeout(
-    command: list[str], options: CaptureOptions, timeout_s: float | None, log_path: Path
+    command: list[str],
+    options: CaptureOptions,
+    timeout_s: float | None,
+    log_path: Path,
+    tick: Callable[[], None] | None = None,
 ) -> _Outcome:
     """run_capture in a process of its own session, so the whole run can be stopped.
 
@@ -200,7 +220,7 @@ def _capture_with_timeout(
                 raise CaptureError(
                     f"cannot start {sys.executable!r}: {exc.strerror or exc}"
                 ) from None
-        timed_out = _wait(proc, timeout_s, options.kill_grace_s)
+        timed_out = _wait(proc, timeout_s, options.kill_grace_s, tick)
         elapsed = time.monotonic() - started
         try:
             report: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
@@ -226,11 +246,29 @@ def _capture_with_timeout(
     return _Outcome(capture, None, timed_out, elapsed)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, grace_s: float) -> bool:
-    """Wait for the capture process; stop it at the timeout or on Ctrl-C. True if timed out."""
+def _wait(
+    proc: subprocess.Popen[bytes],
+    timeout_s: float | None,
+    grace_s: float,
+    tick: Callable[[], None] | None = None,
+) -> bool:
+    """Wait for the capture process, calling ``tick`` every ``PROGRESS_EVERY_S``; stop it at
+    the timeout or on Ctrl-C. True if timed out."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        proc.wait(timeout=timeout_s)
-        return False
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0.0)
+            step = left if tick is None else min(PROGRESS_EVERY_S, left or PROGRESS_EVERY_S)
+            try:
+                proc.wait(timeout=step)
+                return False
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                if tick is not None:
+                    tick()
     except subprocess.TimeoutExpired:
         _stop(proc, grace_s)
         return True

@@ -58,6 +58,8 @@ _MAX_STEPS_KEPT = 10_000
 _MAX_GRAIN_EVENTS = 200
 
 _WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
+# The status file for the parent's progress line: rewritten at most this often.
+_STATUS_EVERY_NS = 250_000_000
 
 # The steady-state rule (the default window; ``--skip-steps N`` replaces it with a fixed skip).
 # Host step times are cut into blocks of at least STEADY_BLOCK_STEPS steps (twice the Grain
@@ -224,6 +226,12 @@ class _Capture:
 
     def on_step(self, kind: str, key: str, detail: str, step_num: int | None = None) -> None:
         """Called at the start of every candidate step, on the main thread."""
+        try:
+            self._on_step(kind, key, detail, step_num)
+        finally:
+            self.write_status()
+
+    def _on_step(self, kind: str, key: str, detail: str, step_num: int | None) -> None:
         if self.forced not in ("auto", kind):
             return
         now = time.time_ns()
@@ -359,6 +367,7 @@ class _Capture:
         self.trace_start_ns = time.time_ns()
         self.at_open = self._snapshot()
         self.phase = _TRACING
+        self.write_status(force=True)
         return True
 
     def _stop_trace(self) -> None:
@@ -369,6 +378,7 @@ class _Capture:
         self.at_close = self._snapshot()
         # Now, while the script's jax.distributed client is surely still up.
         self.distributed = _distributed_info()
+        self.write_status("writing", force=True)
         try:
             import jax.profiler
 
@@ -379,6 +389,8 @@ class _Capture:
             self.partial_reasons.append(f"the trace could not be written: {exc}")
             _warn(f"could not write the trace ({exc})")
             return
+        finally:
+            self.write_status(force=True)
         self.write_report()
         if self.trace_files and not self.config.get("quiet"):
             _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
@@ -492,6 +504,35 @@ class _Capture:
             self.write_report()
             if self.worker_stats_dir is not None:
                 shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
+
+    # -- progress -----------------------------------------------------------------------------
+
+    def write_status(self, phase: str | None = None, force: bool = False) -> None:
+        """Where the capture is, for the parent's progress line: a small file (config
+        ``status_path``, absent unless the parent shows progress) rewritten at most every
+        ``_STATUS_EVERY_NS``, and at once when the window opens or closes."""
+        path = self.config.get("status_path")
+        now = time.monotonic_ns()
+        if not path or (not force and now - self.status_ns < _STATUS_EVERY_NS):
+            return
+        self.status_ns = now
+        with self.lock, contextlib.suppress(Exception):
+            chosen = self.chosen
+            starts = chosen.starts_ns if chosen is not None else []
+            complete = chosen is not None and len(starts) == chosen.count >= 2
+            status = {
+                "phase": phase or self.phase,
+                "steps": chosen.count if chosen is not None else 0,
+                "last_step_ms": (starts[-1] - starts[-2]) / 1e6 if complete else None,
+                "first_step": self.window_first,
+                "last_step": self._window_last(),
+                "rule": self.window_rule,
+                "skip_steps": self.skip,
+                "source": chosen.kind if chosen is not None else None,
+            }
+            _write_json_atomic(path, status)
+
+    status_ns = 0
 
     def report(self) -> ChildReportJSON:
         """What the parent adds to the sidecar (traceinspect.sidecar declares the format)."""
