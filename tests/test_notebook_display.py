@@ -107,3 +107,18 @@ def test_an_analysis_shows_its_verdict_gaps_and_a_small_timeline() -> None:
     host = traceinspect.analyze_run(REPO / "sample_traces/pod/straggler", jobs=1).analyses["host2"]
     assert host.timeline is None
     assert "data:image/png" not in notebook.analysis_html(host)
+
+
+def test_an_analysis_shows_its_input_stages_and_findings() -> None:
+    import traceinspect
+    from traceinspect.report import notebook
+
+    run = REPO / "sample_traces/scenarios/stages/read_w0"
+    html = notebook.analysis_html(traceinspect.analyze(traceinspect.load(run)))
+    assert "<p><b>Input per batch</b>: read 17.42 ms, preprocessing 4.32 ms" in html
+    assert "largest share of a step: <b>read</b>" in html
+    assert "<li><b>no_read_ahead</b> (warning): The run is input-bound" in html
+    plain = notebook.analysis_html(
+        traceinspect.analyze(traceinspect.load(REPO / "sample_traces/scenarios/healthy"))
+    )
+    assert "Input per batch" not in plain and "<b>Findings</b>" not in plain

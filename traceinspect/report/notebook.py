@@ -20,7 +20,7 @@ from traceinspect.report.plots import (
 )
 from traceinspect.report.sweep import choice_sentence
 from traceinspect.sweep._summary import RUN_DIR
-from traceinspect.vocabulary import CAUSES, band
+from traceinspect.vocabulary import CAUSES, STAGES, band
 
 if TYPE_CHECKING:
     from traceinspect.analysis.compare import Comparison
@@ -91,7 +91,7 @@ def _gap_rows(a: Analysis, top: int) -> str:
 
 def analysis_html(a: Analysis) -> str:
     """The verdict, the step time and busy share, a small timeline, idle time by cause, the
-    longest gaps and what to do."""
+    input stages (when measured), the longest gaps, the findings and what to do."""
     cause = top_cause(a)
     color = CAUSE_COLORS.get(cause, BUSY_COLOR) if cause is not None else BUSY_COLOR
     s = a.steps
@@ -102,6 +102,18 @@ def analysis_html(a: Analysis) -> str:
     )
     recs = "".join(f"<li>{escape(r.message or r.kind)}</li>" for r in a.recommendations)
     notes = "".join(f"<li>{escape(n)}</li>" for n in a.notes)
+    found = "".join(
+        f"<li><b>{escape(f.rule)}</b> ({escape(f.severity)}): {escape(f.message)}</li>"
+        for f in a.findings
+    )
+    st = a.input_stages
+    stages = (
+        "<p><b>Input per batch</b>: "
+        + ", ".join(f"{s} {st.ms_per_batch[s]:,.2f} ms" for s in STAGES)
+        + f"; largest share of a step: <b>{escape(st.dominant)}</b></p>"
+        if st is not None
+        else ""
+    )
     return (
         f'<p><b style="color:{color}">{escape(a.verdict)}</b>: {escape(a.summary)}</p>'
         f"<p>{s.count} steps ({escape(s.source)}): median {s.median_ms:,.2f} ms, p90 "
@@ -111,7 +123,9 @@ def analysis_html(a: Analysis) -> str:
         + "<p><b>Idle time by cause</b> (summed over the steps)</p>"
         "<table><tr><th>cause</th><th>idle ms</th><th>of step time</th><th></th></tr>"
         f"{causes}</table>"
+        + stages
         + _gap_rows(a, NOTEBOOK_GAPS)
+        + (f"<p><b>Findings</b></p><ul>{found}</ul>" if found else "")
         + (f"<p><b>What to do</b></p><ul>{recs}</ul>" if recs else "")
         + (f'<ul style="color:#8a5a00">{notes}</ul>' if notes else "")
     )
