@@ -30,7 +30,12 @@ from traceinspect.analysis.attribution import (
 )
 from traceinspect.analysis.executions import StepWork, step_work
 from traceinspect.analysis.findings import count_dispatches, findings
-from traceinspect.analysis.input_stages import input_stages, stage_advice, transfer_ns_per_step
+from traceinspect.analysis.input_stages import (
+    InputStages,
+    input_stages,
+    stage_advice,
+    transfer_ns_per_step,
+)
 from traceinspect.analysis.result import (
     INPUT_STAGE,
     Analysis,
@@ -52,6 +57,7 @@ from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, 
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
+from traceinspect.sidecar import Sidecar
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS
 
@@ -106,30 +112,16 @@ def analyze(trace: Trace) -> Analysis:
     sites = sync_sites(gaps)
     window_info, window_note = window_check(trace.sidecar)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
-    advice = recommendations(
-        verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
-    )
-    if (trace.sidecar is not None and trace.sidecar.grain is not None) or input_per_step > 0:
-        workers = recommend_workers(
-            worker_inputs(
-                verdict.verdict,
-                step_ms=summary_of_steps.typical_ms,
-                device_busy_ms=device_per_step / 1e6,
-                input_wait_ms=input_per_step / 1e6,
-                sidecar=trace.sidecar,
-            )
-        )
-        # First when input is the problem; after "remove the sync" otherwise.
-        first = verdict.verdict == "input-bound"
-        advice = (workers, *advice) if first else (*advice, workers)
     stages = input_stages(
         trace.sidecar,
         input_wait_ns_per_step=input_per_step,
         transfer_ns_per_step=transfer_ns_per_step(host.events, steps),
         device_ns_per_step=device_per_step,
     )
-    if stages is not None and verdict.verdict == "input-bound":
-        advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
+    advice = _advice(
+        trace.sidecar, verdict, fractions, sites, summary_of_steps.typical_ms,
+        input_per_step, device_per_step, stages,
+    )  # fmt: skip
     grain = trace.sidecar.grain if trace.sidecar is not None else None
     checks = findings(
         verdict=verdict.verdict,
@@ -177,6 +169,38 @@ def analyze(trace: Trace) -> Analysis:
     if invariants.enabled():
         invariants.check_invariants(analysis)
     return analysis
+
+
+def _advice(
+    sidecar: Sidecar | None,
+    verdict: _Verdict,
+    fractions: dict[str, float],
+    sites: tuple[str, ...],
+    step_ms: float,
+    input_per_step: float,
+    device_per_step: float,
+    stages: InputStages | None,
+) -> tuple[Recommendation, ...]:
+    """What to do, in order: the worker count first when input is the problem, after
+    "remove the sync" otherwise; the input stage to fix last."""
+    advice = recommendations(
+        verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
+    )
+    if (sidecar is not None and sidecar.grain is not None) or input_per_step > 0:
+        workers = recommend_workers(
+            worker_inputs(
+                verdict.verdict,
+                step_ms=step_ms,
+                device_busy_ms=device_per_step / 1e6,
+                input_wait_ms=input_per_step / 1e6,
+                sidecar=sidecar,
+            )
+        )
+        first = verdict.verdict == "input-bound"
+        advice = (workers, *advice) if first else (*advice, workers)
+    if stages is not None and verdict.verdict == "input-bound":
+        advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
+    return advice
 
 
 def _device_and_steps(trace: Trace) -> tuple[DeviceActivity, Steps, Intervals]:
