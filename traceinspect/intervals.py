@@ -35,20 +35,24 @@ class Intervals:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         keep = ends > starts
-        starts, ends = starts[keep], ends[keep]
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
         if len(starts) == 0:
             return Intervals.empty()
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
+        # A thread's events come sorted by start: sort only when they are not.
+        if not (starts[1:] >= starts[:-1]).all():
+            order = np.argsort(starts, kind="stable")
+            starts, ends = starts[order], ends[order]
         # Running maximum of ends: an interval starts a new block when it begins after
-        # every earlier interval has ended.
+        # every earlier interval has ended; a block ends at the running maximum where the
+        # next block begins.
         reach = np.maximum.accumulate(ends)
         new_block = np.empty(len(starts), dtype=bool)
         new_block[0] = True
-        new_block[1:] = starts[1:] > reach[:-1]
-        block_starts = starts[new_block]
-        block_ends = np.maximum.reduceat(ends, np.flatnonzero(new_block))
-        return Intervals(block_starts, block_ends)
+        np.greater(starts[1:], reach[:-1], out=new_block[1:])
+        first = np.flatnonzero(new_block)
+        last = np.append(first[1:] - 1, len(starts) - 1)
+        return Intervals(starts[first], reach[last])
 
     def __len__(self) -> int:
         return len(self.starts)
