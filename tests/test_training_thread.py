@@ -87,9 +87,7 @@ def test_longest_names_match_a_scan(
         )
 
 
-def scan_innermost(
-    rows: list[tuple[int, int, int]], main: list[bool], at: int
-) -> str | None:
+def scan_innermost(rows: list[tuple[int, int, int]], main: list[bool], at: int) -> str | None:
     """The rule, as a scan in the frame's order: of the frames running at ``at`` (main
     script's first), the latest to start, the first of equals."""
     for main_only in (True, False):
