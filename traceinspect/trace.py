@@ -66,9 +66,14 @@ class LineEvents:
     def __len__(self) -> int:
         return len(self.starts)
 
-    @cached_property
+    @property
     def ends(self) -> np.ndarray:
+        """Every event's end: a new array (take :meth:`end_at` of the few you need)."""
         return self.starts + self.durations
+
+    def end_at(self, positions: np.ndarray | slice) -> np.ndarray:
+        """The ends of these positions."""
+        return self.starts[positions] + self.durations[positions]
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The events frame's rows (``event_row``) of these positions."""

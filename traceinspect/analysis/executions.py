@@ -140,7 +140,7 @@ def step_work(
         return None
     # The calls in order of start (the thread's arrays are), outermost only.
     positions = np.flatnonzero(main.name_mask(is_call_name))
-    call_starts, call_ends = main.starts[positions], main.ends[positions]
+    call_starts, call_ends = main.starts[positions], main.end_at(positions)
     outer = ~nested_spans(call_starts, call_ends)
     call_starts = call_starts[outer]
     fn = fn_of_name[main.codes[positions[outer]]]

@@ -62,7 +62,7 @@ def count_dispatches(events: ThreadEvents | None, steps: Steps, device_ns: int) 
     if len(steps) == 0 or events is None or len(events) == 0:
         return Dispatches(0, len(steps), 0, device_ns)
     calls = events.named(N.PJIT)
-    starts, ends = events.starts[calls], events.ends[calls]
+    starts, ends = events.starts[calls], events.line.end_at(calls)
     # A jitted function called from inside another counts once: the host dispatches once.
     starts = starts[~nested_spans(starts, ends)]
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])

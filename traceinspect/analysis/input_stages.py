@@ -99,7 +99,7 @@ def transfer_ns_per_step(events: ThreadEvents | None, steps: Steps) -> float:
         return 0.0
     transfers = events.named(N.TRANSFER_EVENT)
     starts = events.starts[transfers]
-    ends = events.ends[transfers]
+    ends = events.line.end_at(transfers)
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
     inside = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
     return float(inside.sum()) / len(steps)

@@ -98,10 +98,6 @@ class ThreadEvents:
     def starts(self) -> np.ndarray:
         return self.line.starts
 
-    @property
-    def ends(self) -> np.ndarray:
-        return self.line.ends
-
     @cached_property
     def _sought(self) -> tuple[np.ndarray, np.ndarray]:
         """Which names match any of the names sought, and the positions of their events."""
@@ -127,12 +123,12 @@ class ThreadEvents:
 
     @cached_property
     def _block_reach(self) -> np.ndarray:
-        return _block_reach(self.ends)
+        return _block_reach(self.line.ends)
 
     def longest_names(self, lo: int, hi: int, top: int) -> list[tuple[str, str, int]]:
         """The ``top`` distinct names overlapping ``[lo, hi)`` the most: each name's longest
         overlap (its first event in the thread's order among equals), longest first."""
-        starts, ends, codes = self.starts, self.ends, self.line.codes
+        starts, codes, line = self.starts, self.line.codes, self.line
         # Candidates: the events running at lo (started before it), then those starting
         # inside [lo, hi) (a contiguous range of positions: no index array for them).
         inside = int(np.searchsorted(starts, lo, side="left"))
@@ -140,8 +136,8 @@ class ThreadEvents:
         before = _running_before(self._block_reach, inside, lo)
         overlap = np.concatenate(
             (
-                np.minimum(ends[before], hi) - lo,
-                np.minimum(ends[inside:past], hi) - starts[inside:past],
+                np.minimum(line.end_at(before), hi) - lo,
+                np.minimum(line.end_at(slice(inside, past)), hi) - starts[inside:past],
             )
         )
 
@@ -301,7 +297,7 @@ def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         line = trace.line_events(row)
         real = line.durations > 0
         starts.append(line.starts[real])
-        ends.append(line.ends[real])
+        ends.append(line.end_at(real))
     return np.concatenate(starts), np.concatenate(ends)
 
 
@@ -342,7 +338,7 @@ def host_activity(
     compile_name = line.names_matching(N.COMPILE_EVENT) & kept
     category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
     thread = ThreadEvents(line, kept, category.astype(np.int8))
-    starts, ends = line.starts, line.ends
+    starts = line.starts
     is_input = thread.named(N.INPUT_EVENT)
     is_compile = thread.named(N.COMPILE_EVENT)
     # The few sync and Await events as frame rows, in the frame's order (as labelled and
@@ -359,19 +355,18 @@ def host_activity(
     sync_events = pd.concat([sync_rows, waits], ignore_index=True).sort_values(S.START_NS)
     compile_iv = Intervals.union_of(
         np.concatenate((compile_starts, starts[is_compile])),
-        np.concatenate((compile_ends, ends[is_compile])),
+        np.concatenate((compile_ends, line.end_at(is_compile))),
     )
-    real = line.durations > 0
-    if not kept.all():
-        real &= line.name_mask(kept)
+    # Every event but the step envelopes (empty ones add nothing).
+    counted = None if kept.all() else line.name_mask(kept)
     return HostActivity(
         main_line_row=main_line_row,
-        input=Intervals.union_of(starts[is_input], ends[is_input]),
+        input=Intervals.union_of(starts[is_input], line.end_at(is_input)),
         sync=Intervals.union_of(
             sync_events[S.START_NS].to_numpy(), sync_events[S.END_NS].to_numpy()
         ),
         compile=compile_iv,
-        host=Intervals.union_of(starts[real], ends[real]),
+        host=Intervals.union_of(starts, line.ends, counted, scratch=True),
         events=thread,
         sync_events=sync_events.reset_index(drop=True),
         frames=user_frames(thread),
@@ -396,7 +391,7 @@ def user_frames(thread: ThreadEvents) -> PythonFrames | None:
     is_user[list(labels)] = True
     rows = np.flatnonzero(line.name_mask(is_user))
     starts = line.starts[rows]
-    ends = line.ends[rows]
+    ends = line.end_at(rows)
     codes = line.codes[rows]
     # The outermost frame's file (the longest frame; the first of equals in the thread's
     # order) is the script's.
