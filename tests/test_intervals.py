@@ -43,11 +43,7 @@ def test_union_covers_exactly_once(pairs: list[tuple[int, int]]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, SPAN), st.integers(-3, 12), st.booleans()), max_size=25
-    )
-)
+@given(st.lists(st.tuples(st.integers(0, SPAN), st.integers(-3, 12), st.booleans()), max_size=25))
 def test_union_of_only_where_asked(rows: list[tuple[int, int, bool]]) -> None:
     """``where`` leaves intervals out as if they were not given (negative lengths too)."""
     starts = np.array([s for s, _, _ in rows], dtype=np.int64)

@@ -114,12 +114,39 @@ def test_innermost_frame_matches_a_scan(
     rows: list[tuple[int, int, int]], main: list[bool], at: int, block: int
 ) -> None:
     with small_blocks(block, 64):
-        line = thread_of(rows, [True] * len(NAMES)).line
+        thread = thread_of(rows, [True] * len(NAMES))
         frames = tt.PythonFrames(
-            line.starts,
-            line.ends,
-            line.codes,
-            dict(enumerate(NAMES)),
-            np.array(main)[line.codes],
+            thread, dict(enumerate(NAMES)), dict(enumerate(NAMES)), np.array(main)
         )
         assert frames.innermost_at(at) == scan_innermost(rows, main, at)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10), st.integers(0, 3), st.integers(0, len(NAMES) - 1)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.lists(st.booleans(), min_size=len(NAMES), max_size=len(NAMES)),
+    st.sampled_from([1, 2, 1024]),
+)
+def test_the_main_file_is_the_longest_frames(
+    rows: list[tuple[int, int, int]], user: list[bool], block: int
+) -> None:
+    """The script the thread runs is the file of its longest user frame, the first of
+    equals in the frame's order; frames of other names are no candidates."""
+    if not any(user[c] for _, _, c in rows):
+        return
+    files = {c: f"file{c % 2}.py" for c in range(len(NAMES)) if user[c]}
+    saved = tt._BLOCKS_AT_ONCE
+    tt._BLOCKS_AT_ONCE = 1
+    try:
+        with small_blocks(block, 64):
+            frames = tt.PythonFrames(thread_of(rows, [True] * len(NAMES)), files, files)
+            mains = frames.in_main_file()
+    finally:
+        tt._BLOCKS_AT_ONCE = saved
+    longest = max(d for _, d, c in rows if user[c])
+    first = next(c for _, d, c in rows if user[c] and d == longest)
+    assert {c for c in files if mains[c]} == {c for c in files if files[c] == files[first]}

@@ -23,8 +23,8 @@ of the events frame.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,10 +42,16 @@ _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/
 #: matches of compile > sync > input, else host.
 CATEGORIES = ("host", "input", "sync", "compile")
 
-# The thread's events are looked up in blocks of this many, each with the latest end among
-# its events: the events still running at a given instant lie in the few blocks whose
-# latest end is after it (on a thread, nested frames), not anywhere before it.
+# The thread's events are looked up in blocks of this many, each with the latest end and
+# the longest event among its events: the events still running at a given instant lie in
+# the few blocks whose latest end is after it (on a thread, nested frames), and the longest
+# events of a stretch in the few blocks whose longest event is long enough.
 _BLOCK = 1024
+# Blocks first read for a gap's longest events (those with the longest events): enough for
+# the threshold on the 89 MB benchmark capture's gaps (11-25 needed), one pass mostly.
+_FIRST_BLOCKS = 32
+# Blocks read at a time when looking for the longest frames.
+_BLOCKS_AT_ONCE = 16
 # Longest overlaps first considered when naming a gap's events; more when those hold fewer
 # distinct names than asked for.
 _FIRST_CANDIDATES = 64
@@ -53,21 +59,36 @@ _FIRST_CANDIDATES = 64
 # they are found in one pass over the thread and selected from there afterwards.
 _AWAIT = re.compile("^" + re.escape(N.AWAIT) + "$")
 _SOUGHT = (N.INPUT_EVENT, N.SYNC_EVENT, N.COMPILE_EVENT, _AWAIT, N.PJIT, N.TRANSFER_EVENT)
+# What a name is, as bits of one small integer per event (one pass over the thread).
+_IS_SOUGHT, _IS_ENVELOPE, _IS_USER_FRAME = 1, 2, 4
 
 
-def _block_reach(ends: np.ndarray) -> np.ndarray:
-    """The latest end in each block of ``_BLOCK`` consecutive events."""
-    if len(ends) == 0:
+def _per_block(values: np.ndarray) -> np.ndarray:
+    """The largest value in each block of ``_BLOCK`` consecutive events."""
+    if len(values) == 0:
         return np.empty(0, dtype=np.int64)
-    return np.maximum.reduceat(ends, np.arange(0, len(ends), _BLOCK))
+    return np.maximum.reduceat(values, np.arange(0, len(values), _BLOCK))
+
+
+def _in_blocks(blocks: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The positions of these blocks inside ``[lo, hi)``, ascending for ascending blocks."""
+    positions = (blocks[:, None] * _BLOCK + np.arange(_BLOCK)[None, :]).ravel()
+    return positions[(positions >= lo) & (positions < hi)]
 
 
 def _running_before(reach: np.ndarray, before: int, at_ns: int) -> np.ndarray:
     """Positions before ``before`` in the blocks whose latest end is after ``at_ns`` (so
     every event running at ``at_ns`` that starts before position ``before``), ascending."""
-    blocks = np.flatnonzero(reach[: -(-before // _BLOCK)] > at_ns)
-    positions = (blocks[:, None] * _BLOCK + np.arange(_BLOCK)[None, :]).ravel()
-    return positions[positions < before]
+    return _in_blocks(np.flatnonzero(reach[: -(-before // _BLOCK)] > at_ns), 0, before)
+
+
+def _user_frame(name: str) -> tuple[str, str] | None:
+    """(label ``file.py:line function``, file) of a Python-tracer frame of the user's own
+    code (not a library's), else None."""
+    m = N.PYTHON_FRAME.match(name)
+    if m is None or _LIBRARY.search(m.group("file")):
+        return None
+    return f"{m.group('file')}:{m.group('line')} {m.group('func')}", m.group("file")
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +99,7 @@ class ThreadEvents:
     line: LineEvents
     kept: np.ndarray  # one bool per name code: False for the step envelope events
     category_of_name: np.ndarray  # one code per name code, into CATEGORIES
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_frame(cls, events: pd.DataFrame) -> ThreadEvents:
@@ -98,77 +120,145 @@ class ThreadEvents:
     def starts(self) -> np.ndarray:
         return self.line.starts
 
-    @cached_property
-    def _sought(self) -> tuple[np.ndarray, np.ndarray]:
-        """Which names match any of the names sought, and the positions of their events."""
-        hit = np.zeros(len(self.line.names), dtype=bool)
-        for regex in _SOUGHT:
-            hit |= self.line.names_matching(regex)
-        return hit, np.flatnonzero(self.line.name_mask(hit))
+    def matching(self, regex: re.Pattern[str]) -> np.ndarray:
+        """One bool per name code: does the name match ``regex`` (``search``)? (Once per
+        pattern: a thread has thousands of names.)"""
+        key = f"match:{regex.pattern}"
+        if key not in self._cache:
+            self._cache[key] = self.line.names_matching(regex)
+        hit: np.ndarray = self._cache[key]
+        return hit
+
+    @property
+    def user_frame_names(self) -> dict[int, tuple[str, str]]:
+        """Name code -> (label, file) of the counted names that are the user's own Python
+        frames."""
+        if "user" not in self._cache:
+            names = self.line.names.tolist()
+            found = {c: _user_frame(str(names[c])) for c in np.flatnonzero(self.kept).tolist()}
+            self._cache["user"] = {c: f for c, f in found.items() if f is not None}
+        frames: dict[int, tuple[str, str]] = self._cache["user"]
+        return frames
+
+    def _kinds(self) -> np.ndarray:
+        """One small integer per event: the bits of its name (sought, envelope, user frame)."""
+        if "kinds" not in self._cache:
+            table = np.zeros(len(self.line.names), dtype=np.uint8)
+            for regex in _SOUGHT:
+                table[self.matching(regex) & self.kept] |= _IS_SOUGHT
+            table[~self.kept] |= _IS_ENVELOPE
+            table[list(self.user_frame_names)] |= _IS_USER_FRAME
+            self._cache["kinds"] = self.line.name_mask(table)
+        kinds: np.ndarray = self._cache["kinds"]
+        return kinds
+
+    def with_kind(self, bit: int) -> np.ndarray:
+        """Positions of the events whose name has this bit (``_IS_...``)."""
+        key = f"kind:{bit}"
+        if key not in self._cache:
+            kinds = self._kinds()
+            if bit in (_IS_SOUGHT, _IS_ENVELOPE):
+                # Both are rare: one pass finds the two.
+                rare = np.flatnonzero(kinds & (_IS_SOUGHT | _IS_ENVELOPE))
+                for one in (_IS_SOUGHT, _IS_ENVELOPE):
+                    self._cache[f"kind:{one}"] = rare[(kinds[rare] & one) != 0]
+            else:
+                self._cache[key] = np.flatnonzero(kinds & bit)
+        positions: np.ndarray = self._cache[key]
+        return positions
 
     def named(self, regex: re.Pattern[str]) -> np.ndarray:
         """Positions (in order of start) of the counted events whose name matches
         ``regex`` (``search``)."""
-        hit = self.line.names_matching(regex) & self.kept
+        hit = self.matching(regex) & self.kept
         if not hit.any():
             return np.empty(0, dtype=np.int64)
-        sought, positions = self._sought
-        if not (hit & ~sought).any():
+        if any(regex.pattern == sought.pattern for sought in _SOUGHT):
             # A few events: picked from those found once for every name sought.
+            positions = self.with_kind(_IS_SOUGHT)
             return positions[hit[self.line.codes[positions]]]
         return np.flatnonzero(self.line.name_mask(hit))
 
     def category(self, position: int) -> str:
         return CATEGORIES[int(self.category_of_name[int(self.line.codes[position])])]
 
-    @cached_property
-    def _block_reach(self) -> np.ndarray:
-        return _block_reach(self.line.ends)
+    @property
+    def block_reach(self) -> np.ndarray:
+        """The latest end in each block of events."""
+        if "reach" not in self._cache:
+            self._cache["reach"] = _per_block(self.line.ends)
+        reach: np.ndarray = self._cache["reach"]
+        return reach
+
+    @property
+    def block_longest(self) -> np.ndarray:
+        """The longest event of each block."""
+        if "longest" not in self._cache:
+            self._cache["longest"] = _per_block(self.line.durations)
+        longest: np.ndarray = self._cache["longest"]
+        return longest
+
+    def busy(self) -> Intervals:
+        """The union of the counted events (every event but the step envelopes)."""
+        # One array of ends for the block index and, overwritten, for the union.
+        ends = self.line.ends
+        if "reach" not in self._cache:
+            self._cache["reach"] = _per_block(ends)
+        envelopes = self.with_kind(_IS_ENVELOPE)
+        ends[envelopes] = self.starts[envelopes]  # left out: made empty
+        return Intervals.union_of(self.starts, ends, scratch=True)
 
     def longest_names(self, lo: int, hi: int, top: int) -> list[tuple[str, str, int]]:
         """The ``top`` distinct names overlapping ``[lo, hi)`` the most: each name's longest
         overlap (its first event in the thread's order among equals), longest first."""
-        starts, codes, line = self.starts, self.line.codes, self.line
-        # Candidates: the events running at lo (started before it), then those starting
-        # inside [lo, hi) (a contiguous range of positions: no index array for them).
+        line, codes = self.line, self.line.codes
+        starts, durations = line.starts, line.durations
+        # Candidates: the events running at lo (started before it), and those starting
+        # inside [lo, hi), whose overlap is at most their duration: only the blocks whose
+        # longest event reaches the threshold can hold one that counts.
         inside = int(np.searchsorted(starts, lo, side="left"))
         past = int(np.searchsorted(starts, hi, side="left"))
-        before = _running_before(self._block_reach, inside, lo)
-        overlap = np.concatenate(
-            (
-                np.minimum(line.end_at(before), hi) - lo,
-                np.minimum(line.end_at(slice(inside, past)), hi) - starts[inside:past],
-            )
-        )
-
-        def position(i: np.ndarray) -> np.ndarray:
-            out = i - len(before) + inside
-            early = i < len(before)
-            out[early] = before[i[early]]
-            return out
-
-        wanted = _FIRST_CANDIDATES
+        before = _running_before(self.block_reach, inside, lo)
+        before_overlap = np.minimum(line.end_at(before), hi) - lo
+        first_block = inside // _BLOCK
+        blocks = np.arange(first_block, -(-past // _BLOCK))
+        longest = self.block_longest[blocks]
+        by_length = blocks[np.argsort(-longest, kind="stable")]
+        longest = np.sort(longest)[::-1]
+        wanted, taken = _FIRST_CANDIDATES, min(_FIRST_BLOCKS, len(blocks))
         while True:
+            pos = np.concatenate((before, _in_blocks(np.sort(by_length[:taken]), inside, past)))
+            overlap = np.concatenate(
+                (
+                    before_overlap,
+                    np.minimum(durations[pos[len(before) :]], hi - starts[pos[len(before) :]]),
+                )
+            )
             # Only events at least as long as the wanted-th longest can name the gap, as
             # long as they hold enough distinct names (ties at the threshold all count).
             threshold = 1
             if len(overlap) > wanted:
                 kth = np.partition(overlap, len(overlap) - wanted)[len(overlap) - wanted]
                 threshold = max(int(kth), 1)
+            needed = int(np.count_nonzero(longest >= threshold))
+            if needed > taken:
+                taken = needed  # blocks not read yet may hold events that long
+                continue
             chosen = np.flatnonzero(overlap >= threshold)
-            pos, ov = position(chosen), overlap[chosen]
-            counted = self.kept[codes[pos]]
-            pos, ov = pos[counted], ov[counted]
-            order = np.lexsort((self.line.stored_order(pos), -ov))
-            pos, ov = pos[order], ov[order]
-            _, first = np.unique(codes[pos], return_index=True)
+            chosen_pos, ov = pos[chosen], overlap[chosen]
+            counted = self.kept[codes[chosen_pos]]
+            chosen_pos, ov = chosen_pos[counted], ov[counted]
+            order = np.lexsort((line.stored_order(chosen_pos), -ov))
+            chosen_pos, ov = chosen_pos[order], ov[order]
+            _, first = np.unique(codes[chosen_pos], return_index=True)
             first = np.sort(first)[:top]
             if len(first) >= top or threshold == 1:
                 break
             wanted *= 4
-        names = self.line.names
+        names = line.names
         return [
-            (str(names[int(codes[pos[i]])]), self.category(int(pos[i])), int(ov[i])) for i in first
+            (str(names[int(codes[chosen_pos[i]])]), self.category(int(chosen_pos[i])), int(ov[i]))
+            for i in first
         ]
 
 
@@ -190,13 +280,15 @@ class HostActivity:
         after it): (name, start, end, the user's source line if traced). The outermost
         one: ``float(x)`` rather than the ``Await`` inside it."""
         waits = self.sync_events
-        hit = waits[(waits[S.START_NS] < at_ns) & (waits[S.END_NS] >= at_ns)]
-        if hit.empty:
+        starts = waits[S.START_NS].to_numpy()
+        ends = waits[S.END_NS].to_numpy()
+        hit = np.flatnonzero((starts < at_ns) & (ends >= at_ns))
+        if len(hit) == 0:
             return None
-        w = hit.iloc[0]
-        start = int(w[S.START_NS])
+        first = int(hit[0])
+        start = int(starts[first])
         site = self.frames.innermost_at(start) if self.frames else None
-        return str(w[S.NAME]), start, int(w[S.END_NS]), site
+        return str(waits[S.NAME].iat[first]), start, int(ends[first]), site
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping
@@ -208,42 +300,76 @@ class HostActivity:
 
 @dataclass(frozen=True, eq=False)
 class PythonFrames:
-    """The training thread's Python-tracer frames from the user's own files (not libraries),
-    in order of start."""
+    """The training thread's Python-tracer frames from the user's own files (not
+    libraries): the thread's events whose names are in ``labels``."""
 
-    starts: np.ndarray
-    ends: np.ndarray
-    codes: np.ndarray  # name codes
+    thread: ThreadEvents
     labels: dict[int, str]  # name code -> "file.py:line function"
-    in_main_file: np.ndarray  # frames of the script the thread runs (its outermost frame's)
+    files: dict[int, str]  # name code -> file
+    #: One bool per name code: frames of the script the thread runs (its outermost frame's
+    #: file); found when first needed.
+    main_names: np.ndarray | None = None
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def in_main_file(self) -> np.ndarray:
+        if self.main_names is not None:
+            return self.main_names
+        if "main" not in self._cache:
+            # The outermost frame's file (the longest frame; the first of equals in the
+            # thread's order) is the script's.
+            line = self.thread.line
+            longest = self._longest_frames()
+            outermost = longest[np.argmin(line.stored_order(longest))]
+            main_file = self.files[int(line.codes[outermost])]
+            main = np.zeros(len(line.names), dtype=bool)
+            main[[c for c, f in self.files.items() if f == main_file]] = True
+            self._cache["main"] = main
+        return self._cache["main"]
+
+    def _longest_frames(self) -> np.ndarray:
+        """Positions of the longest user frames, found from the blocks with the longest
+        events down, until a block's longest event is shorter than the longest frame."""
+        line = self.thread.line
+        user = np.zeros(len(line.names), dtype=bool)
+        user[list(self.labels)] = True
+        block_longest = self.thread.block_longest
+        by_length = np.argsort(-block_longest, kind="stable")
+        best, found = -1, [np.empty(0, np.int64)]
+        for k in range(0, len(by_length), _BLOCKS_AT_ONCE):
+            blocks = by_length[k : k + _BLOCKS_AT_ONCE]
+            if block_longest[blocks[0]] < best:
+                break
+            rows = _in_blocks(np.sort(blocks), 0, len(line))
+            rows = rows[user[line.codes[rows]]]
+            if len(rows) == 0:
+                continue
+            durations = line.durations[rows]
+            top = int(durations.max())
+            if top > best:
+                best, found = top, []
+            if top == best:
+                found.append(rows[durations == top])
+        return np.sort(np.concatenate(found))
 
     def innermost_at(self, at_ns: int) -> str | None:
         """The innermost user frame running at ``at_ns``, preferring the main script's own
         frames (the tracer may record bare file names, so libraries are not always
         recognisable by their path)."""
-        started = int(np.searchsorted(self.starts, at_ns, side="right"))
-        for reach, main_only in ((self._main_reach, True), (self._reach, False)):
-            # Frames started by at_ns and still running at it (ends >= at_ns); the latest
-            # to start (the first of equals, in the thread's order) is the innermost.
-            candidates = _running_before(reach, started, at_ns - 1)
-            running = self.ends[candidates] >= at_ns
-            if main_only:
-                running &= self.in_main_file[candidates]
-            rows = candidates[running]
+        line = self.thread.line
+        started = int(np.searchsorted(line.starts, at_ns, side="right"))
+        # Events started by at_ns and still running at it (ends >= at_ns), of user frames;
+        # the latest to start (the first of equals, in the thread's order) is the innermost.
+        candidates = _running_before(self.thread.block_reach, started, at_ns - 1)
+        codes = line.codes[candidates]
+        user = np.zeros(len(line.names), dtype=bool)
+        user[list(self.labels)] = True
+        running = (line.end_at(candidates) >= at_ns) & user[codes]
+        for rows in (candidates[running & self.in_main_file()[codes]], candidates[running]):
             if len(rows):
-                starts = self.starts[rows]
+                starts = line.starts[rows]
                 innermost = rows[int(np.searchsorted(starts, starts[-1], side="left"))]
-                return self.labels[int(self.codes[innermost])]
+                return self.labels[int(line.codes[innermost])]
         return None
-
-    @cached_property
-    def _reach(self) -> np.ndarray:
-        return _block_reach(self.ends)
-
-    @cached_property
-    def _main_reach(self) -> np.ndarray:
-        never = np.iinfo(np.int64).min
-        return _block_reach(np.where(self.in_main_file, self.ends, never))
 
 
 def _await_waits(trace: Trace, awaits: pd.DataFrame) -> pd.DataFrame:
@@ -333,11 +459,12 @@ def host_activity(
         line = trace.line_events(main_line_row)
     names = line.names
     kept = ~np.asarray(names.isin(markers)) if markers else np.ones(len(names), dtype=bool)
-    input_name = line.names_matching(N.INPUT_EVENT) & kept
-    sync_name = line.names_matching(N.SYNC_EVENT) & kept
-    compile_name = line.names_matching(N.COMPILE_EVENT) & kept
+    thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
+    input_name = thread.matching(N.INPUT_EVENT) & kept
+    sync_name = thread.matching(N.SYNC_EVENT) & kept
+    compile_name = thread.matching(N.COMPILE_EVENT) & kept
     category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
-    thread = ThreadEvents(line, kept, category.astype(np.int8))
+    thread.category_of_name[:] = category  # (the names matched once, for both)
     starts = line.starts
     is_input = thread.named(N.INPUT_EVENT)
     is_compile = thread.named(N.COMPILE_EVENT)
@@ -357,8 +484,6 @@ def host_activity(
         np.concatenate((compile_starts, starts[is_compile])),
         np.concatenate((compile_ends, line.end_at(is_compile))),
     )
-    # Every event but the step envelopes (empty ones add nothing).
-    counted = None if kept.all() else line.name_mask(kept)
     return HostActivity(
         main_line_row=main_line_row,
         input=Intervals.union_of(starts[is_input], line.end_at(is_input)),
@@ -366,7 +491,7 @@ def host_activity(
             sync_events[S.START_NS].to_numpy(), sync_events[S.END_NS].to_numpy()
         ),
         compile=compile_iv,
-        host=Intervals.union_of(starts, line.ends, counted, scratch=True),
+        host=thread.busy(),
         events=thread,
         sync_events=sync_events.reset_index(drop=True),
         frames=user_frames(thread),
@@ -375,33 +500,12 @@ def host_activity(
 
 def user_frames(thread: ThreadEvents) -> PythonFrames | None:
     """The user's own Python frames among the training thread's events, if traced."""
-    line = thread.line
-    labels: dict[int, str] = {}
-    files: dict[int, str] = {}
-    for code, name in enumerate(line.names):
-        if not thread.kept[code]:
-            continue
-        m = N.PYTHON_FRAME.match(str(name))
-        if m is not None and not _LIBRARY.search(m.group("file")):
-            labels[code] = f"{m.group('file')}:{m.group('line')} {m.group('func')}"
-            files[code] = m.group("file")
-    if not labels:
+    found = thread.user_frame_names
+    if not found:
         return None
-    is_user = np.zeros(len(line.names), dtype=bool)
-    is_user[list(labels)] = True
-    rows = np.flatnonzero(line.name_mask(is_user))
-    starts = line.starts[rows]
-    ends = line.end_at(rows)
-    codes = line.codes[rows]
-    # The outermost frame's file (the longest frame; the first of equals in the thread's
-    # order) is the script's.
-    durations = ends - starts
-    longest = np.flatnonzero(durations == durations.max())
-    outermost = longest[np.argmin(line.stored_order(rows[longest]))]
-    main_file = files[int(codes[outermost])]
-    in_main = np.zeros(len(line.names), dtype=bool)
-    in_main[[c for c, f in files.items() if f == main_file]] = True
-    return PythonFrames(starts, ends, codes, labels, in_main[codes])
+    labels = {code: label for code, (label, _) in found.items()}
+    files = {code: file for code, (_, file) in found.items()}
+    return PythonFrames(thread, labels, files)
 
 
 def training_thread_activity(
