@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # make_large_trace, when run as a script
 
 from make_large_trace import DATA, REAL, SMALL, count_events  # noqa: E402
@@ -82,8 +83,10 @@ def _imports() -> None:
     import traceinspect.trace  # noqa: F401
 
 
-def _warm_workers() -> None:
+def _warm_workers() -> int:
+    """Import what the work needs; the worker's peak RSS so far (its base)."""
     _imports()
+    return _self_peak_bytes()
 
 
 def _analyse(run_dir: Path, engine: Any) -> dict[str, Any]:
@@ -128,13 +131,13 @@ def _m_dask(run_dir: Path, jobs: int) -> dict[str, Any]:
     )
     with distributed.Client(cluster) as client:
         client.wait_for_workers(jobs)
-        client.run(_warm_workers)
+        bases = client.run(_warm_workers)
     started = time.perf_counter() - t0
     try:
         out = _analyse(run_dir, DaskEngine(cluster.scheduler_address, jobs))
     finally:
         cluster.close()
-    return {**out, "workers": jobs, "startup_s": started}
+    return {**out, "workers": jobs, "startup_s": started, "worker_base_bytes": max(bases.values())}
 
 
 def _m_dask_local(run_dir: Path, jobs: int) -> dict[str, Any]:
@@ -169,6 +172,10 @@ CHILD_METHODS = {
 
 def _child(config: str, run_dir: Path, jobs: int) -> dict[str, Any]:
     _imports()
+    import traceinspect
+
+    if not Path(traceinspect.__file__).resolve().is_relative_to(ROOT):
+        raise RuntimeError(f"measuring {traceinspect.__file__}, not this checkout ({ROOT})")
     base = _self_peak_bytes()
     out = CHILD_METHODS[config](run_dir, jobs)
     # Read after the pool / cluster is closed: only then are its workers waited for.
@@ -183,11 +190,11 @@ def _child(config: str, run_dir: Path, jobs: int) -> dict[str, Any]:
 # --- the inputs ----------------------------------------------------------------------------
 
 
-def run_directory(source: Path, hosts: int) -> Path:
-    """``benchmarks/_data/pod_<hosts>[_<source>]/host00.xplane.pb ...``: ``hosts`` names for
+def run_directory(source: Path, hosts: int, root: Path = DATA) -> Path:
+    """``<root>/pod_<hosts>[_<source>]/host00.xplane.pb ...``: ``hosts`` names for
     ``source``, hard-linked (copied where links fail); kept while they still match it."""
     stem = source.name.removesuffix(".gz").removesuffix(".xplane.pb")
-    run_dir = DATA / (f"pod_{hosts}" if source == REAL else f"pod_{hosts}_{stem}")
+    run_dir = root / (f"pod_{hosts}" if source == REAL else f"pod_{hosts}_{stem}")
     run_dir.mkdir(parents=True, exist_ok=True)
     src = source.stat()
     for i in range(hosts):
@@ -240,7 +247,9 @@ class Result:
 def _run_child(config: str, run_dir: Path, jobs: int) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", config, str(run_dir)]
     cmd += ["--jobs", str(jobs)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    # This checkout's package (not an installed copy), in the child and the workers it starts.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[-5:])
         raise RuntimeError(f"{config} failed (exit {proc.returncode}):\n{tail}")
@@ -270,7 +279,14 @@ def _mib(n: int) -> str:
     return f"{n / MB:,.0f}" if n else "-"
 
 
-def report(results: list[Result]) -> None:
+# The issue's pod targets: a worker peaks at no more than this many times one host's file,
+# and the pod's time scales with hosts / workers (shown: serial time / (wall x workers), the
+# share of the ideal speed-up reached; met from this share).
+WORKER_FILE_FACTOR = 4
+SCALING_SHARE = 0.8
+
+
+def report(results: list[Result], file_bytes: int = 0) -> None:
     cols = (
         ("hosts", 5),
         ("engine", 28),
@@ -325,6 +341,42 @@ def report(results: list[Result]) -> None:
         (r.best["verdict"], r.best["straggler"]) for r in results if r.ok and "verdict" in r.best
     }
     print(f"every analysis: verdict / straggler {sorted(verdicts, key=str)}")
+    if file_bytes:
+        targets(results, serial, file_bytes)
+
+
+def targets(results: list[Result], serial: dict[int, float], file_bytes: int) -> None:
+    budget = WORKER_FILE_FACTOR * file_bytes
+    for r in results:
+        if not r.ok or r.config in ("serial", "merged"):
+            continue
+        b = r.best
+        worker = max(run["worker_peak_bytes"] for run in r.runs)
+        base = b.get("worker_base_bytes")
+        after = f", {base / MB:,.0f} MiB of it before any host (imports)" if base else ""
+        print(
+            f"target: {r.hosts} hosts, {LABELS[r.config]}: worker peak <= {WORKER_FILE_FACTOR}x "
+            f"one host file ({budget / MB:,.0f} MiB): {worker / MB:,.0f} MiB = "
+            f"{worker / file_bytes:.1f}x{after}, {'MET' if worker <= budget else 'MISSED'}"
+        )
+        if r.hosts in serial:
+            share = serial[r.hosts] / (b["wall_s"] * b["workers"])
+            print(
+                f"target: {r.hosts} hosts, {LABELS[r.config]}: time scales with hosts / "
+                f"workers: {b['wall_s']:.1f} s against {serial[r.hosts]:.1f} s / "
+                f"{b['workers']} = {share:.0%} of the ideal speed-up, "
+                f"{'MET' if share >= SCALING_SHARE else 'MISSED'} (>= {SCALING_SHARE:.0%})"
+            )
+    per_host = {
+        (r.config, r.hosts): r.best["wall_s"] / r.hosts
+        for r in results
+        if r.ok and r.config != "merged"
+    }
+    for config in sorted({c for c, _ in per_host}):
+        counts = sorted(n for c, n in per_host if c == config)
+        if len(counts) > 1:
+            shown = ", ".join(f"{n} hosts {per_host[(config, n)]:.2f}" for n in counts)
+            print(f"s/host by pod size, {LABELS[config]}: {shown}")
 
 
 def _version(package: str) -> str:
@@ -341,10 +393,11 @@ def _machine() -> str:
     # every child starts from (Linux keeps ru_maxrss across fork and exec).
     cpus = os.cpu_count()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
-    versions = ", ".join(_version(p) for p in ("traceinspect", "pandas", "distributed"))
+    versions = ", ".join(_version(p) for p in ("pandas", "distributed"))
     return (
         f"{platform.processor() or platform.machine()}, {cpus} CPUs, {mem:.0f} GiB, "
-        f"Python {platform.python_version()}, {versions}, load avg {os.getloadavg()[0]:.2f}"
+        f"Python {platform.python_version()}, {versions}, traceinspect from {ROOT}, "
+        f"load avg {os.getloadavg()[0]:.2f}"
     )
 
 
@@ -378,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-merged", action="store_true", help="skip the merged load() memory reference"
     )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=DATA,
+        help="where the run directories of links are made (default: benchmarks/_data)",
+    )
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     parser.add_argument("run_dir", nargs="?", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -416,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: list[Result] = []
     for n in hosts:
-        run_dir = run_directory(source, n)
+        run_dir = run_directory(source, n, args.workdir)
         _warm(run_dir)
         print(f"{run_dir}:", file=sys.stderr)
         for config in configs:
@@ -424,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         if n == hosts[0] and not args.no_merged:
             results.append(_measure("merged", run_dir, n, 1, args.repeat))
     print()
-    report(results)
+    report(results, size)
     print(f"\nmachine after: load avg {os.getloadavg()[0]:.2f}")
     if args.json:
         figures = {

@@ -28,9 +28,10 @@ edit by hand (`tests/test_docs.py` fails when this file is out of date).
 def command_paths(group: click.Group = main, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command below ``group`` as its argument path, groups before their commands."""
     out: list[tuple[str, ...]] = [prefix]
-    for name in sorted(group.commands):
-        command = group.commands[name]
-        if command.hidden:
+    ctx = click.Context(group)
+    for name in sorted(group.list_commands(ctx)):  # commands load when asked for
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
             continue
         if isinstance(command, click.Group):
             out += command_paths(command, (*prefix, name))

@@ -19,6 +19,7 @@ from traceinspect.analysis.input_stages import (
 )
 from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.sidecar import Sidecar, parse
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import STAGES
@@ -182,7 +183,7 @@ def test_transfer_per_step_counts_device_put_inside_the_steps() -> None:
         dropped=0,
     )
     # 2 + 3 + the 5 ms of the last one inside the window, over 2 steps.
-    assert transfer_ns_per_step(events, steps) == 5 * MS
+    assert transfer_ns_per_step(ThreadEvents.from_frame(events), steps) == 5 * MS
 
 
 def _measured_stages() -> InputStages:

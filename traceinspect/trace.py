@@ -7,8 +7,9 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,65 @@ class LoadInfo:
     seconds: float
     bytes_read: int
     cached_files: int
+
+
+@dataclass(frozen=True, eq=False)
+class LineEvents:
+    """The events of one line as plain arrays, in order of their start: what an analysis
+    of millions of events reads without copying the frame.
+
+    The arrays are views of the events frame's columns when the line's events are stored
+    in start order (as profilers write them); otherwise sorted copies, with ``order``
+    giving each position's place among the line's stored rows. Names are category codes of
+    ``trace.events[NAME]`` (``names``).
+    """
+
+    line_row: int
+    starts: np.ndarray  # int64, sorted
+    durations: np.ndarray  # int64
+    codes: np.ndarray  # name codes
+    names: pd.Index  # the name categories
+    #: The events frame's row of each position: ``first_row + position`` when ``order`` is
+    #: None, else ``rows[position]``.
+    first_row: int
+    order: np.ndarray | None = None  # positions among the stored rows (unsorted lines)
+    rows_stored: np.ndarray | None = None  # event rows when the line's rows are not one run
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Every event's end: a new array (take :meth:`end_at` of the few you need)."""
+        return self.starts + self.durations
+
+    def end_at(self, positions: np.ndarray | slice) -> np.ndarray:
+        """The ends of these positions."""
+        return self.starts[positions] + self.durations[positions]
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The events frame's rows (``event_row``) of these positions."""
+        stored = positions if self.order is None else self.order[positions]
+        if self.rows_stored is not None:
+            return self.rows_stored[stored]
+        return np.asarray(stored, dtype=np.int64) + self.first_row
+
+    def stored_order(self, positions: np.ndarray) -> np.ndarray:
+        """Where these positions come among the line's rows as stored: ties between events
+        are broken in that order, as a pass over the frame would."""
+        return positions if self.order is None else self.order[positions]
+
+    def name_mask(self, hit: np.ndarray) -> np.ndarray:
+        """Positions whose name's entry in ``hit`` (one bool per name code) is set."""
+        if len(hit) == 0:
+            return np.zeros(len(self.codes), dtype=bool)
+        return np.asarray(hit[self.codes])
+
+    def names_matching(self, regex: re.Pattern[str]) -> np.ndarray:
+        """One bool per name code: does the name match ``regex`` (``search``)?"""
+        return np.fromiter(
+            (regex.search(str(n)) is not None for n in self.names), bool, len(self.names)
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,17 +180,56 @@ class Trace:
     @property
     def start_ns(self) -> int:
         """Earliest event start (absolute ns)."""
-        return int(self.events[S.START_NS].min())
+        # The decoders record each line's span: a few rows, not a pass over every event.
+        first = self.lines[S.FIRST_START_NS].min()
+        if len(self.events) == 0 or pd.isna(first):
+            return int(self.events[S.START_NS].min())
+        return int(first)
 
     @property
     def end_ns(self) -> int:
         """Latest event end (absolute ns)."""
-        ev = self.events
-        return int((ev[S.START_NS] + ev[S.DURATION_NS]).max())
+        last = self.lines[S.LAST_END_NS].max()
+        if len(self.events) == 0 or pd.isna(last):
+            ev = self.events
+            return int((ev[S.START_NS] + ev[S.DURATION_NS]).max())
+        return int(last)
 
     @property
     def span_ns(self) -> int:
         return self.end_ns - self.start_ns
+
+    @cached_property
+    def _line_offsets(self) -> np.ndarray:
+        """Where each line's events begin among the events' rows: the decoders write them
+        grouped by line, in line order (``offsets[r]:offsets[r + 1]``)."""
+        counts = self.lines[S.EVENT_COUNT].to_numpy()
+        return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+    def line_events(self, line_row: int) -> LineEvents:
+        """The events of line ``line_row`` as arrays sorted by start (views where the
+        frame stores them so, as it does for profilers' traces)."""
+        ev = self.events
+        names = ev[S.NAME].cat.categories
+        offsets = self._line_offsets
+        lo, hi = int(offsets[line_row]), int(offsets[line_row + 1])
+        line_rows = ev[S.LINE_ROW].to_numpy()
+        stored: np.ndarray | None = None
+        if offsets[-1] != len(ev) or (
+            hi > lo and not (line_rows[lo] == line_rows[hi - 1] == line_row)
+        ):
+            # Not grouped by line (frames built otherwise): find the rows.
+            stored = np.flatnonzero(line_rows == line_row)
+            lo = 0
+        pick: slice | np.ndarray = slice(lo, hi) if stored is None else stored
+        starts = ev[S.START_NS].to_numpy()[pick]
+        durations = ev[S.DURATION_NS].to_numpy()[pick]
+        codes = category_codes(ev[S.NAME])[pick]
+        order = None
+        if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
+            order = np.argsort(starts, kind="stable")
+            starts, durations, codes = starts[order], durations[order], codes[order]
+        return LineEvents(line_row, starts, durations, codes, names, lo, order, stored)
 
     def plane_stat_values(self, plane: str) -> dict[str, Any]:
         """``{stat: value}`` of the first plane named ``plane`` (empty if none)."""
@@ -284,12 +383,17 @@ def _stat_column(rows: pd.DataFrame, stat: str, owner: str) -> pd.Series | None:
     return pd.Series(values.array, index=sub[owner].to_numpy())
 
 
+def category_codes(column: pd.Series) -> np.ndarray:
+    """The codes of a categorical column, without a copy (``.cat.codes`` makes a Series)."""
+    return np.asarray(cast(pd.Categorical, column.array).codes)
+
+
 def category_mask(column: pd.Series, regex: re.Pattern[str]) -> np.ndarray:
     """Rows of a categorical column whose value matches ``regex`` (``search``): the regex
     runs once per category, not once per row."""
     cats = column.cat.categories
     hit = np.fromiter((regex.search(str(c)) is not None for c in cats), bool, len(cats))
-    codes = column.cat.codes.to_numpy()
+    codes = category_codes(column)
     if len(hit) == 0:
         return np.zeros(len(codes), dtype=bool)
     return np.asarray(hit[codes] & (codes >= 0))

@@ -82,9 +82,11 @@ def analyze(trace: Trace) -> Analysis:
     outside = 1 - busy.clip(int(steps.starts[0]), int(steps.ends[-1])).total / busy.total
     steps = drop_contextless_first_step(trace, steps, busy)
     work_rows = np.array(activity.work_line_rows, dtype=np.int64)
-    work = step_work(trace, steps, work_rows)
+    # The steps' thread, read once for the device work it dispatched and what it did.
+    thread = None if steps.main_line_row is None else trace.line_events(steps.main_line_row)
+    work = step_work(trace, steps, work_rows, thread)
     check_own_work(trace, steps, work)
-    host = training_thread_activity(trace, steps)
+    host = training_thread_activity(trace, steps, thread)
     per_step = _per_step(steps, busy, activity, host, work)
     summary_of_steps = step_summary(steps, per_step[S.WALL_NS].to_numpy() / 1e6)
     # Input work per step against device work per step decides whether a sync or the

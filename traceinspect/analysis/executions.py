@@ -31,8 +31,8 @@ import pandas as pd
 
 from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.analysis.steps import Steps, nested
-from traceinspect.trace import Trace
+from traceinspect.analysis.steps import Steps, nested_spans
+from traceinspect.trace import LineEvents, Trace
 
 # The offsets tried: the CPU client keeps about 32 executions in flight.
 _MAX_OFFSET = 4096
@@ -117,43 +117,44 @@ def _offset(dispatch_ns: np.ndarray, exec_start_ns: np.ndarray) -> int | None:
     return None
 
 
-def step_work(trace: Trace, steps: Steps, work_rows: np.ndarray) -> StepWork | None:
+def step_work(
+    trace: Trace, steps: Steps, work_rows: np.ndarray, thread: LineEvents | None = None
+) -> StepWork | None:
     """Each step's device work from the executions it dispatched, or None when the trace
-    cannot link them (no execution ids, no dispatches on the training thread)."""
+    cannot link them (no execution ids, no dispatches on the training thread).
+    ``thread``: the events of the steps' thread, when the caller has them already."""
     if steps.main_line_row is None or len(steps) == 0:
         return None
     execs = _executions(trace, work_rows)
     if execs.empty:
         return None
-    ev = trace.events
-    main = ev[ev[S.LINE_ROW] == steps.main_line_row]
+    main = thread if thread is not None else trace.line_events(steps.main_line_row)
     # The jitted function of each distinct name, matched once (a trace holds millions of
     # events but a few thousand names), then looked up by category code.
     fn_of_name = np.array(
-        [
-            m.group("fn") if (m := N.PJIT.match(str(n))) else None
-            for n in main[S.NAME].cat.categories
-        ],
+        [m.group("fn") if (m := N.PJIT.match(str(n))) else None for n in main.names],
         dtype=object,
     )
-    fn = fn_of_name[main[S.NAME].cat.codes.to_numpy()]
-    is_call = fn != None  # noqa: E711 (element-wise over an object array)
-    calls = main[is_call].assign(fn=fn[is_call])
-    if calls.empty:
+    is_call_name = fn_of_name != None  # noqa: E711 (element-wise over an object array)
+    if not is_call_name.any():
         return None
-    calls = calls.sort_values(S.START_NS, kind="stable")
-    calls = calls[~nested(calls)]
+    # The calls in order of start (the thread's arrays are), outermost only.
+    positions = np.flatnonzero(main.name_mask(is_call_name))
+    call_starts, call_ends = main.starts[positions], main.end_at(positions)
+    outer = ~nested_spans(call_starts, call_ends)
+    call_starts = call_starts[outer]
+    fn = fn_of_name[main.codes[positions[outer]]]
     work = np.zeros(len(steps), dtype=float)
     found = False
     queued = 0
-    step_of = np.searchsorted(steps.starts, calls[S.START_NS].to_numpy(), side="right") - 1
-    inside = (step_of >= 0) & (calls[S.START_NS].to_numpy() < steps.ends[np.maximum(step_of, 0)])
-    for name, group in calls.groupby("fn", sort=False):
+    step_of = np.searchsorted(steps.starts, call_starts, side="right") - 1
+    inside = (step_of >= 0) & (call_starts < steps.ends[np.maximum(step_of, 0)])
+    for name in pd.unique(fn):
         runs = execs[execs["module"] == f"jit_{name}"]
         if runs.empty:
             continue
-        where = calls["fn"].to_numpy() == name
-        t = group[S.START_NS].to_numpy()
+        where = fn == name
+        t = call_starts[where]
         q = _offset(t, runs[S.START_NS].to_numpy())
         if q is None:
             continue

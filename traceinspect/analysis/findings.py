@@ -28,15 +28,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import names as N
-from traceinspect import schema as S
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation, Severity
-from traceinspect.analysis.steps import Steps, nested
+from traceinspect.analysis.steps import Steps, nested_spans
+from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE, WorkerMeasurement
 from traceinspect.sidecar import Sidecar
-from traceinspect.trace import category_mask
 from traceinspect.vocabulary import MATTERS
 
 #: Worker buffers above this share of the memory available at capture are a finding.
@@ -59,19 +57,18 @@ class Dispatches:
         return self.calls / self.steps if self.steps else 0.0
 
 
-def count_dispatches(events: pd.DataFrame, steps: Steps, device_ns: int) -> Dispatches:
+def count_dispatches(events: ThreadEvents | None, steps: Steps, device_ns: int) -> Dispatches:
     """``PjitFunction`` calls of the training thread (``events``) starting inside the steps."""
-    if len(steps) == 0 or len(events) == 0:
+    if len(steps) == 0 or events is None or len(events) == 0:
         return Dispatches(0, len(steps), 0, device_ns)
-    calls = events[category_mask(events[S.NAME].astype("category"), N.PJIT)].sort_values(
-        S.START_NS, kind="stable"
-    )
+    calls = events.named(N.PJIT)
+    starts, ends = events.starts[calls], events.line.end_at(calls)
     # A jitted function called from inside another counts once: the host dispatches once.
-    starts = calls[S.START_NS].to_numpy()[~nested(calls)]
+    starts = starts[~nested_spans(starts, ends)]
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
-    calls = int(np.count_nonzero((starts >= lo) & (starts < hi)))
+    n = int(np.count_nonzero((starts >= lo) & (starts < hi)))
     wall = int((steps.ends - steps.starts).sum())
-    return Dispatches(calls, len(steps), wall, device_ns)
+    return Dispatches(n, len(steps), wall, device_ns)
 
 
 def findings(

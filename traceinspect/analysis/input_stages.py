@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 
 from traceinspect import names as N
-from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.sidecar import Sidecar
-from traceinspect.trace import category_mask
 from traceinspect.vocabulary import PLACES, STAGES, Place, Stage
 
 #: The stages capture measures inside the pipeline.
@@ -93,14 +92,14 @@ class InputStages:
         )
 
 
-def transfer_ns_per_step(events: Any, steps: Steps) -> float:
+def transfer_ns_per_step(events: ThreadEvents | None, steps: Steps) -> float:
     """Mean host-to-device transfer time per step on the training thread (``events``: its
     events, as :class:`~traceinspect.analysis.training_thread.HostActivity` holds them)."""
-    if len(steps) == 0 or len(events) == 0:
+    if len(steps) == 0 or events is None or len(events) == 0:
         return 0.0
-    mask = category_mask(events[S.NAME].astype("category"), N.TRANSFER_EVENT)
-    starts = events[S.START_NS].to_numpy()[mask]
-    ends = starts + events[S.DURATION_NS].to_numpy()[mask]
+    transfers = events.named(N.TRANSFER_EVENT)
+    starts = events.starts[transfers]
+    ends = events.line.end_at(transfers)
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
     inside = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
     return float(inside.sum()) / len(steps)

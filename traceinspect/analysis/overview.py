@@ -9,7 +9,6 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.backends import BackendInfo, detect_backend
 from traceinspect.trace import Trace
-from traceinspect.xplane.proto import decode_profile_options
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,9 @@ def _profiler(trace: Trace) -> dict[str, Any]:
     meta = trace.metadata
     out: dict[str, Any] = {k: meta[k] for k in ("jax_version", "jaxlib_version") if k in meta}
     if "profile_options" in meta:
+        # Imported here: protobuf, for this one field, only where the overview is made.
+        from traceinspect.xplane.proto import decode_profile_options
+
         options = decode_profile_options(str(meta["profile_options"]))
         if options is not None:
             out["options"] = options

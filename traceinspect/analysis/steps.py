@@ -216,7 +216,11 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
 def nested(events: pd.DataFrame) -> np.ndarray:
     """Events (sorted by start) that lie inside an earlier event of the same frame."""
     starts = events[S.START_NS].to_numpy()
-    ends = starts + events[S.DURATION_NS].to_numpy()
+    return nested_spans(starts, starts + events[S.DURATION_NS].to_numpy())
+
+
+def nested_spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`nested` for spans given as arrays."""
     order = np.argsort(starts, kind="stable")
     reach = np.maximum.accumulate(ends[order])
     inside = np.zeros(len(starts), dtype=bool)

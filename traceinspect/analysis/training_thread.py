@@ -13,12 +13,18 @@ compiler threads). The names come from what jax, XLA, Grain, tf.data and
 - compile: XLA compilation on compiler threads, and compile/lowering events on the
   training thread.
 - host: any other traced event on the training thread (dispatch, Python when traced).
+
+A training thread with the Python tracer on holds millions of events but a few thousand
+distinct names: every name is matched once, and events are selected by their name's code,
+on arrays of the thread's events (:class:`~traceinspect.trace.LineEvents`), never on a copy
+of the events frame.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,9 +33,233 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps
 from traceinspect.intervals import Intervals
-from traceinspect.trace import Trace, category_mask
+from traceinspect.trace import LineEvents, Trace, category_codes, category_mask
 
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/|/jax/|/jaxlib/)")
+
+#: What each event of the training thread is, by its name (schema.CATEGORY), in the order
+#: of ``ThreadEvents.category_of_name``'s codes; one event has one category, the first that
+#: matches of compile > sync > input, else host.
+CATEGORIES = ("host", "input", "sync", "compile")
+
+# The thread's events are looked up in blocks of this many, each with the latest end and
+# the longest event among its events: the events still running at a given instant lie in
+# the few blocks whose latest end is after it (on a thread, nested frames), and the longest
+# events of a stretch in the few blocks whose longest event is long enough.
+_BLOCK = 1024
+# Blocks first read for a gap's longest events (those with the longest events): enough for
+# the threshold on the 89 MB benchmark capture's gaps (11-25 needed), one pass mostly.
+_FIRST_BLOCKS = 32
+# Blocks read at a time when looking for the longest frames.
+_BLOCKS_AT_ONCE = 16
+# Longest overlaps first considered when naming a gap's events; more when those hold fewer
+# distinct names than asked for.
+_FIRST_CANDIDATES = 64
+# The names the analysis looks for on the training thread: few events among millions, so
+# they are found in one pass over the thread and selected from there afterwards.
+_AWAIT = re.compile("^" + re.escape(N.AWAIT) + "$")
+_SOUGHT = (N.INPUT_EVENT, N.SYNC_EVENT, N.COMPILE_EVENT, _AWAIT, N.PJIT, N.TRANSFER_EVENT)
+# What a name is, as bits of one small integer per event (one pass over the thread).
+_IS_SOUGHT, _IS_ENVELOPE, _IS_USER_FRAME = 1, 2, 4
+
+
+def _per_block(values: np.ndarray) -> np.ndarray:
+    """The largest value in each block of ``_BLOCK`` consecutive events."""
+    if len(values) == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.maximum.reduceat(values, np.arange(0, len(values), _BLOCK))
+
+
+def _in_blocks(blocks: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The positions of these blocks inside ``[lo, hi)``, ascending for ascending blocks."""
+    positions = (blocks[:, None] * _BLOCK + np.arange(_BLOCK)[None, :]).ravel()
+    return positions[(positions >= lo) & (positions < hi)]
+
+
+def _running_before(reach: np.ndarray, before: int, at_ns: int) -> np.ndarray:
+    """Positions before ``before`` in the blocks whose latest end is after ``at_ns`` (so
+    every event running at ``at_ns`` that starts before position ``before``), ascending."""
+    return _in_blocks(np.flatnonzero(reach[: -(-before // _BLOCK)] > at_ns), 0, before)
+
+
+def _user_frame(name: str) -> tuple[str, str] | None:
+    """(label ``file.py:line function``, file) of a Python-tracer frame of the user's own
+    code (not a library's), else None."""
+    m = N.PYTHON_FRAME.match(name)
+    if m is None or _LIBRARY.search(m.group("file")):
+        return None
+    return f"{m.group('file')}:{m.group('line')} {m.group('func')}", m.group("file")
+
+
+@dataclass(frozen=True, eq=False)
+class ThreadEvents:
+    """The training thread's events (arrays in order of start), which of their names count
+    (step envelopes do not) and each name's category."""
+
+    line: LineEvents
+    kept: np.ndarray  # one bool per name code: False for the step envelope events
+    category_of_name: np.ndarray  # one code per name code, into CATEGORIES
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_frame(cls, events: pd.DataFrame) -> ThreadEvents:
+        """Events of one thread given as a frame (``name`` categorical, ``start_ns``,
+        ``duration_ns``), every name kept, all of category host: for tests and notebooks."""
+        starts = events[S.START_NS].to_numpy(dtype=np.int64)
+        durations = events[S.DURATION_NS].to_numpy(dtype=np.int64)
+        codes = category_codes(events[S.NAME])
+        names = events[S.NAME].cat.categories
+        order = np.argsort(starts, kind="stable")
+        line = LineEvents(-1, starts[order], durations[order], codes[order], names, 0, order)
+        return cls(line, np.ones(len(names), bool), np.zeros(len(names), np.int8))
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.line.starts
+
+    def matching(self, regex: re.Pattern[str]) -> np.ndarray:
+        """One bool per name code: does the name match ``regex`` (``search``)? (Once per
+        pattern: a thread has thousands of names.)"""
+        key = f"match:{regex.pattern}"
+        if key not in self._cache:
+            self._cache[key] = self.line.names_matching(regex)
+        hit: np.ndarray = self._cache[key]
+        return hit
+
+    @property
+    def user_frame_names(self) -> dict[int, tuple[str, str]]:
+        """Name code -> (label, file) of the counted names that are the user's own Python
+        frames."""
+        if "user" not in self._cache:
+            names = self.line.names.tolist()
+            found = {c: _user_frame(str(names[c])) for c in np.flatnonzero(self.kept).tolist()}
+            self._cache["user"] = {c: f for c, f in found.items() if f is not None}
+        frames: dict[int, tuple[str, str]] = self._cache["user"]
+        return frames
+
+    def _kinds(self) -> np.ndarray:
+        """One small integer per event: the bits of its name (sought, envelope, user frame)."""
+        if "kinds" not in self._cache:
+            table = np.zeros(len(self.line.names), dtype=np.uint8)
+            for regex in _SOUGHT:
+                table[self.matching(regex) & self.kept] |= _IS_SOUGHT
+            table[~self.kept] |= _IS_ENVELOPE
+            table[list(self.user_frame_names)] |= _IS_USER_FRAME
+            self._cache["kinds"] = self.line.name_mask(table)
+        kinds: np.ndarray = self._cache["kinds"]
+        return kinds
+
+    def with_kind(self, bit: int) -> np.ndarray:
+        """Positions of the events whose name has this bit (``_IS_...``)."""
+        key = f"kind:{bit}"
+        if key not in self._cache:
+            kinds = self._kinds()
+            if bit in (_IS_SOUGHT, _IS_ENVELOPE):
+                # Both are rare: one pass finds the two.
+                rare = np.flatnonzero(kinds & (_IS_SOUGHT | _IS_ENVELOPE))
+                for one in (_IS_SOUGHT, _IS_ENVELOPE):
+                    self._cache[f"kind:{one}"] = rare[(kinds[rare] & one) != 0]
+            else:
+                self._cache[key] = np.flatnonzero(kinds & bit)
+        positions: np.ndarray = self._cache[key]
+        return positions
+
+    def named(self, regex: re.Pattern[str]) -> np.ndarray:
+        """Positions (in order of start) of the counted events whose name matches
+        ``regex`` (``search``)."""
+        hit = self.matching(regex) & self.kept
+        if not hit.any():
+            return np.empty(0, dtype=np.int64)
+        if any(regex.pattern == sought.pattern for sought in _SOUGHT):
+            # A few events: picked from those found once for every name sought.
+            positions = self.with_kind(_IS_SOUGHT)
+            return positions[hit[self.line.codes[positions]]]
+        return np.flatnonzero(self.line.name_mask(hit))
+
+    def category(self, position: int) -> str:
+        return CATEGORIES[int(self.category_of_name[int(self.line.codes[position])])]
+
+    @property
+    def block_reach(self) -> np.ndarray:
+        """The latest end in each block of events."""
+        if "reach" not in self._cache:
+            self._cache["reach"] = _per_block(self.line.ends)
+        reach: np.ndarray = self._cache["reach"]
+        return reach
+
+    @property
+    def block_longest(self) -> np.ndarray:
+        """The longest event of each block."""
+        if "longest" not in self._cache:
+            self._cache["longest"] = _per_block(self.line.durations)
+        longest: np.ndarray = self._cache["longest"]
+        return longest
+
+    def busy(self) -> Intervals:
+        """The union of the counted events (every event but the step envelopes)."""
+        # One array of ends for the block index and, overwritten, for the union.
+        ends = self.line.ends
+        if "reach" not in self._cache:
+            self._cache["reach"] = _per_block(ends)
+        envelopes = self.with_kind(_IS_ENVELOPE)
+        ends[envelopes] = self.starts[envelopes]  # left out: made empty
+        return Intervals.union_of(self.starts, ends, scratch=True)
+
+    def longest_names(self, lo: int, hi: int, top: int) -> list[tuple[str, str, int]]:
+        """The ``top`` distinct names overlapping ``[lo, hi)`` the most: each name's longest
+        overlap (its first event in the thread's order among equals), longest first."""
+        line, codes = self.line, self.line.codes
+        starts, durations = line.starts, line.durations
+        # Candidates: the events running at lo (started before it), and those starting
+        # inside [lo, hi), whose overlap is at most their duration: only the blocks whose
+        # longest event reaches the threshold can hold one that counts.
+        inside = int(np.searchsorted(starts, lo, side="left"))
+        past = int(np.searchsorted(starts, hi, side="left"))
+        before = _running_before(self.block_reach, inside, lo)
+        before_overlap = np.minimum(line.end_at(before), hi) - lo
+        first_block = inside // _BLOCK
+        blocks = np.arange(first_block, -(-past // _BLOCK))
+        longest = self.block_longest[blocks]
+        by_length = blocks[np.argsort(-longest, kind="stable")]
+        longest = np.sort(longest)[::-1]
+        wanted, taken = _FIRST_CANDIDATES, min(_FIRST_BLOCKS, len(blocks))
+        while True:
+            pos = np.concatenate((before, _in_blocks(np.sort(by_length[:taken]), inside, past)))
+            overlap = np.concatenate(
+                (
+                    before_overlap,
+                    np.minimum(durations[pos[len(before) :]], hi - starts[pos[len(before) :]]),
+                )
+            )
+            # Only events at least as long as the wanted-th longest can name the gap, as
+            # long as they hold enough distinct names (ties at the threshold all count).
+            threshold = 1
+            if len(overlap) > wanted:
+                kth = np.partition(overlap, len(overlap) - wanted)[len(overlap) - wanted]
+                threshold = max(int(kth), 1)
+            needed = int(np.count_nonzero(longest >= threshold))
+            if needed > taken:
+                taken = needed  # blocks not read yet may hold events that long
+                continue
+            chosen = np.flatnonzero(overlap >= threshold)
+            chosen_pos, ov = pos[chosen], overlap[chosen]
+            counted = self.kept[codes[chosen_pos]]
+            chosen_pos, ov = chosen_pos[counted], ov[counted]
+            order = np.lexsort((line.stored_order(chosen_pos), -ov))
+            chosen_pos, ov = chosen_pos[order], ov[order]
+            _, first = np.unique(codes[chosen_pos], return_index=True)
+            first = np.sort(first)[:top]
+            if len(first) >= top or threshold == 1:
+                break
+            wanted *= 4
+        names = line.names
+        return [
+            (str(names[int(codes[chosen_pos[i]])]), self.category(int(chosen_pos[i])), int(ov[i]))
+            for i in first
+        ]
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,85 +271,109 @@ class HostActivity:
     sync: Intervals
     compile: Intervals
     host: Intervals
-    events: pd.DataFrame  # training-thread events with a `category` column
+    events: ThreadEvents | None  # the training thread's events (None: no thread found)
     sync_events: pd.DataFrame  # start_ns, end_ns, name (Await pairs become one row)
     frames: PythonFrames | None = None  # the user's own Python frames (Python tracer on)
-    _cache: dict[str, tuple[np.ndarray, ...]] = field(default_factory=dict, repr=False)
 
     def read_ending_at(self, at_ns: int) -> tuple[str, int, int, str | None] | None:
         """The blocking read that was still waiting at ``at_ns`` (began before, ended at or
         after it): (name, start, end, the user's source line if traced). The outermost
         one: ``float(x)`` rather than the ``Await`` inside it."""
         waits = self.sync_events
-        hit = waits[(waits[S.START_NS] < at_ns) & (waits[S.END_NS] >= at_ns)]
-        if hit.empty:
+        starts = waits[S.START_NS].to_numpy()
+        ends = waits[S.END_NS].to_numpy()
+        hit = np.flatnonzero((starts < at_ns) & (ends >= at_ns))
+        if len(hit) == 0:
             return None
-        w = hit.iloc[0]
-        start = int(w[S.START_NS])
+        first = int(hit[0])
+        start = int(starts[first])
         site = self.frames.innermost_at(start) if self.frames else None
-        return str(w[S.NAME]), start, int(w[S.END_NS]), site
+        return str(waits[S.NAME].iat[first]), start, int(ends[first]), site
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping
         ``[lo, hi)`` the most: (name, category, overlap ns), longest first."""
-        ev = self.events
-        if ev.empty:
+        if self.events is None:
             return []
-        starts, ends, codes, category = self._arrays()
-        overlap = np.minimum(ends, hi) - np.maximum(starts, lo)
-        rows = np.flatnonzero(overlap > 0)
-        if len(rows) == 0:
-            return []
-        rows = rows[np.argsort(-overlap[rows], kind="stable")]
-        _, first = np.unique(codes[rows], return_index=True)
-        chosen = rows[np.sort(first)][:top]
-        cats = ev[S.NAME].cat.categories
-        return [(str(cats[int(codes[r])]), str(category[r]), int(overlap[r])) for r in chosen]
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        """The training thread's events as plain arrays, built once (gaps ask many times)."""
-        cached = self._cache.get("arrays")
-        if cached is None:
-            ev = self.events
-            starts = ev[S.START_NS].to_numpy()
-            cached = (
-                starts,
-                starts + ev[S.DURATION_NS].to_numpy(),
-                ev[S.NAME].cat.codes.to_numpy(),
-                ev[S.CATEGORY].to_numpy(dtype=object),
-            )
-            self._cache["arrays"] = cached
-        return cached
+        return self.events.longest_names(lo, hi, top)
 
 
 @dataclass(frozen=True, eq=False)
 class PythonFrames:
-    """The training thread's Python-tracer frames from the user's own files (not libraries)."""
+    """The training thread's Python-tracer frames from the user's own files (not
+    libraries): the thread's events whose names are in ``labels``."""
 
-    starts: np.ndarray
-    ends: np.ndarray
-    labels: list[str]  # "file.py:line function"
-    in_main_file: np.ndarray  # frames of the script the thread runs (its outermost frame's)
+    thread: ThreadEvents
+    labels: dict[int, str]  # name code -> "file.py:line function"
+    files: dict[int, str]  # name code -> file
+    #: One bool per name code: frames of the script the thread runs (its outermost frame's
+    #: file); found when first needed.
+    main_names: np.ndarray | None = None
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def in_main_file(self) -> np.ndarray:
+        if self.main_names is not None:
+            return self.main_names
+        if "main" not in self._cache:
+            # The outermost frame's file (the longest frame; the first of equals in the
+            # thread's order) is the script's.
+            line = self.thread.line
+            longest = self._longest_frames()
+            outermost = longest[np.argmin(line.stored_order(longest))]
+            main_file = self.files[int(line.codes[outermost])]
+            main = np.zeros(len(line.names), dtype=bool)
+            main[[c for c, f in self.files.items() if f == main_file]] = True
+            self._cache["main"] = main
+        return self._cache["main"]
+
+    def _longest_frames(self) -> np.ndarray:
+        """Positions of the longest user frames, found from the blocks with the longest
+        events down, until a block's longest event is shorter than the longest frame."""
+        line = self.thread.line
+        user = np.zeros(len(line.names), dtype=bool)
+        user[list(self.labels)] = True
+        block_longest = self.thread.block_longest
+        by_length = np.argsort(-block_longest, kind="stable")
+        best, found = -1, [np.empty(0, np.int64)]
+        for k in range(0, len(by_length), _BLOCKS_AT_ONCE):
+            blocks = by_length[k : k + _BLOCKS_AT_ONCE]
+            if block_longest[blocks[0]] < best:
+                break
+            rows = _in_blocks(np.sort(blocks), 0, len(line))
+            rows = rows[user[line.codes[rows]]]
+            if len(rows) == 0:
+                continue
+            durations = line.durations[rows]
+            top = int(durations.max())
+            if top > best:
+                best, found = top, []
+            if top == best:
+                found.append(rows[durations == top])
+        return np.sort(np.concatenate(found))
 
     def innermost_at(self, at_ns: int) -> str | None:
         """The innermost user frame running at ``at_ns``, preferring the main script's own
         frames (the tracer may record bare file names, so libraries are not always
         recognisable by their path)."""
-        running = (self.starts <= at_ns) & (self.ends >= at_ns)
-        for candidates in (running & self.in_main_file, running):
-            rows = np.flatnonzero(candidates)
+        line = self.thread.line
+        started = int(np.searchsorted(line.starts, at_ns, side="right"))
+        # Events started by at_ns and still running at it (ends >= at_ns), of user frames;
+        # the latest to start (the first of equals, in the thread's order) is the innermost.
+        candidates = _running_before(self.thread.block_reach, started, at_ns - 1)
+        codes = line.codes[candidates]
+        user = np.zeros(len(line.names), dtype=bool)
+        user[list(self.labels)] = True
+        running = (line.end_at(candidates) >= at_ns) & user[codes]
+        for rows in (candidates[running & self.in_main_file()[codes]], candidates[running]):
             if len(rows):
-                return self.labels[int(rows[np.argmax(self.starts[rows])])]
+                starts = line.starts[rows]
+                innermost = rows[int(np.searchsorted(starts, starts[-1], side="left"))]
+                return self.labels[int(line.codes[innermost])]
         return None
 
 
-def _name_mask(events: pd.DataFrame, pattern: re.Pattern[str]) -> np.ndarray:
-    return category_mask(events[S.NAME], pattern)
-
-
-def _await_waits(trace: Trace, main: pd.DataFrame) -> pd.DataFrame:
+def _await_waits(trace: Trace, awaits: pd.DataFrame) -> pd.DataFrame:
     """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs -> waits."""
-    awaits = main[main[S.NAME] == N.AWAIT]
     if awaits.empty:
         return pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
     stats = trace.stats_of(awaits)
@@ -154,104 +408,113 @@ def guess_training_line(trace: Trace) -> int | None:
     """The host line that dispatches programs or draws batches most often, when no step
     annotation says which thread trains (None when no line does either)."""
     ev = trace.events
-    mask = _name_mask(ev, N.INPUT_EVENT) | _name_mask(ev, N.PJIT)
+    mask = category_mask(ev[S.NAME], N.INPUT_EVENT) | category_mask(ev[S.NAME], N.PJIT)
     if not mask.any():
         return None
     return int(ev.loc[mask, S.LINE_ROW].value_counts().idxmax())
 
 
+def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the events with a duration on the compiler threads."""
+    names = trace.lines[S.LINE].astype(str).tolist()
+    rows = [row for row, name in enumerate(names) if N.COMPILE_LINE.match(name)]
+    starts, ends = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for row in rows:
+        line = trace.line_events(row)
+        real = line.durations > 0
+        starts.append(line.starts[real])
+        ends.append(line.end_at(real))
+    return np.concatenate(starts), np.concatenate(ends)
+
+
+def _events_at(trace: Trace, line: LineEvents, positions: np.ndarray) -> pd.DataFrame:
+    """The events frame's rows of these positions, in the frame's order."""
+    return trace.events.loc[np.sort(line.rows(positions))]
+
+
 def host_activity(
-    trace: Trace, main_line_row: int | None, markers: tuple[str, ...] = ()
+    trace: Trace,
+    main_line_row: int | None,
+    markers: tuple[str, ...] = (),
+    line: LineEvents | None = None,
 ) -> HostActivity:
     """Categorised activity of the training thread ``main_line_row``; ``markers`` are
     step envelope events (``StepTraceAnnotation`` names): they span whole steps and are
-    not work, so they are left out.
+    not work, so they are left out. ``line``: that line's events, when the caller has them.
     """
-    ev = trace.events
-    starts = ev[S.START_NS].to_numpy()
-    ends = starts + ev[S.DURATION_NS].to_numpy()
-    compile_lines = trace.lines.index[
-        trace.lines[S.LINE].astype(str).str.match(N.COMPILE_LINE.pattern)
-    ].to_numpy()
-    on_compile_line = np.isin(ev[S.LINE_ROW].to_numpy(), compile_lines)
-    compile_mask = on_compile_line & (ev[S.DURATION_NS].to_numpy() > 0)
+    compile_starts, compile_ends = _compile_line_spans(trace)
+    empty_waits = pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
     if main_line_row is None:
         empty = Intervals.empty()
-        frame = ev.iloc[0:0].assign(category=pd.Series(dtype=object))
         return HostActivity(
             None,
             empty,
             empty,
-            Intervals.union_of(starts[compile_mask], ends[compile_mask]),
+            Intervals.union_of(compile_starts, compile_ends),
             empty,
-            frame,
-            pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []}),
+            None,
+            empty_waits,
         )
-    on_main = ev[S.LINE_ROW].to_numpy() == main_line_row
-    if markers:
-        on_main &= ~ev[S.NAME].isin(markers).to_numpy()
-    main = ev[on_main]
-    m_start = main[S.START_NS].to_numpy()
-    m_end = m_start + main[S.DURATION_NS].to_numpy()
-    is_input = _name_mask(main, N.INPUT_EVENT)
-    is_sync = _name_mask(main, N.SYNC_EVENT)
-    is_compile = _name_mask(main, N.COMPILE_EVENT)
-    category = np.where(
-        is_compile, "compile", np.where(is_sync, "sync", np.where(is_input, "input", "host"))
-    )
-    waits = _await_waits(trace, main)
+    if line is None or line.line_row != main_line_row:
+        line = trace.line_events(main_line_row)
+    names = line.names
+    kept = ~np.asarray(names.isin(markers)) if markers else np.ones(len(names), dtype=bool)
+    thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
+    input_name = thread.matching(N.INPUT_EVENT) & kept
+    sync_name = thread.matching(N.SYNC_EVENT) & kept
+    compile_name = thread.matching(N.COMPILE_EVENT) & kept
+    category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
+    thread.category_of_name[:] = category  # (the names matched once, for both)
+    starts = line.starts
+    is_input = thread.named(N.INPUT_EVENT)
+    is_compile = thread.named(N.COMPILE_EVENT)
+    # The few sync and Await events as frame rows, in the frame's order (as labelled and
+    # sorted before).
+    waits = _await_waits(trace, _events_at(trace, line, thread.named(_AWAIT)))
+    sync_frame = _events_at(trace, line, thread.named(N.SYNC_EVENT))
     sync_rows = pd.DataFrame(
         {
-            S.START_NS: m_start[is_sync],
-            S.END_NS: m_end[is_sync],
-            S.NAME: _sync_labels(trace, main[is_sync]),
+            S.START_NS: sync_frame[S.START_NS].to_numpy(),
+            S.END_NS: (sync_frame[S.START_NS] + sync_frame[S.DURATION_NS]).to_numpy(),
+            S.NAME: _sync_labels(trace, sync_frame),
         }
     )
     sync_events = pd.concat([sync_rows, waits], ignore_index=True).sort_values(S.START_NS)
     compile_iv = Intervals.union_of(
-        np.concatenate((starts[compile_mask], m_start[is_compile])),
-        np.concatenate((ends[compile_mask], m_end[is_compile])),
+        np.concatenate((compile_starts, starts[is_compile])),
+        np.concatenate((compile_ends, line.end_at(is_compile))),
     )
-    real = m_end > m_start
     return HostActivity(
         main_line_row=main_line_row,
-        input=Intervals.union_of(m_start[is_input], m_end[is_input]),
+        input=Intervals.union_of(starts[is_input], line.end_at(is_input)),
         sync=Intervals.union_of(
             sync_events[S.START_NS].to_numpy(), sync_events[S.END_NS].to_numpy()
         ),
         compile=compile_iv,
-        host=Intervals.union_of(m_start[real], m_end[real]),
-        events=main.assign(category=pd.Categorical(category)),
+        host=thread.busy(),
+        events=thread,
         sync_events=sync_events.reset_index(drop=True),
-        frames=user_frames(main),
+        frames=user_frames(thread),
     )
 
 
-def user_frames(main: pd.DataFrame) -> PythonFrames | None:
+def user_frames(thread: ThreadEvents) -> PythonFrames | None:
     """The user's own Python frames among the training thread's events, if traced."""
-    cats = main[S.NAME].cat.categories
-    labels: dict[int, str] = {}
-    for code, name in enumerate(cats):
-        m = N.PYTHON_FRAME.match(str(name))
-        if m is not None and not _LIBRARY.search(m.group("file")):
-            labels[code] = f"{m.group('file')}:{m.group('line')} {m.group('func')}"
-    if not labels:
+    found = thread.user_frame_names
+    if not found:
         return None
-    codes = main[S.NAME].cat.codes.to_numpy()
-    rows = np.flatnonzero(np.isin(codes, list(labels)))
-    starts = main[S.START_NS].to_numpy()[rows]
-    ends = starts + main[S.DURATION_NS].to_numpy()[rows]
-    frame_labels = [labels[int(c)] for c in codes[rows]]
-    files = np.array([label.split(":", 1)[0] for label in frame_labels], dtype=object)
-    main_file = files[int(np.argmax(ends - starts))]  # the outermost frame's file
-    return PythonFrames(starts, ends, frame_labels, files == main_file)
+    labels = {code: label for code, (label, _) in found.items()}
+    files = {code: file for code, (_, file) in found.items()}
+    return PythonFrames(thread, labels, files)
 
 
-def training_thread_activity(trace: Trace, steps: Steps) -> HostActivity:
+def training_thread_activity(
+    trace: Trace, steps: Steps, line: LineEvents | None = None
+) -> HostActivity:
     """What the thread driving ``steps`` did: the one carrying the step annotations, else
     the one dispatching programs or drawing batches most often (one rule for the analysis
-    and its plots)."""
+    and its plots). ``line``: the events of the steps' thread, when the caller has them."""
     main_line = steps.main_line_row
     if main_line is None:
         main_line = guess_training_line(trace)
-    return host_activity(trace, main_line, steps.marker_names)
+    return host_activity(trace, main_line, steps.marker_names, line)

@@ -36,7 +36,7 @@ from traceinspect.backends.detect import (
     detect_backend,
 )
 from traceinspect.intervals import Intervals
-from traceinspect.trace import Trace, category_mask
+from traceinspect.trace import Trace
 
 _GPU_STREAM = re.compile(r"^Stream #\d+")
 _TPU_OPS = "XLA Ops"
@@ -113,28 +113,29 @@ def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]
 def device_activity(trace: Trace) -> DeviceActivity:
     """Busy intervals of every device of the trace's backend (empty for "unknown")."""
     backend = detect_backend(trace)
-    ev = trace.events
-    line_rows = ev[S.LINE_ROW].to_numpy()
-    starts = ev[S.START_NS].to_numpy()
-    ends = starts + ev[S.DURATION_NS].to_numpy()
-    not_work = None
+    names = trace.events[S.NAME].cat.categories
+    # Matched once per distinct name, then looked up per event of the work lines only.
+    not_work: np.ndarray | None = None
     if backend.kind == "cpu":
-        if backend.inline:
-            # Programs ran on the calling thread: only their execute calls are work.
-            not_work = ~category_mask(ev[S.NAME], N.INLINE_EXECUTE)
-        else:
-            not_work = category_mask(ev[S.NAME], _CPU_NOT_WORK)
-    collective = category_mask(ev[S.NAME], COLLECTIVE)
+        regex = N.INLINE_EXECUTE if backend.inline else _CPU_NOT_WORK
+        hit = np.fromiter((regex.search(str(n)) is not None for n in names), bool, len(names))
+        # Inline programs ran on the calling thread: only their execute calls are work.
+        not_work = ~hit if backend.inline else hit
+    collective = np.fromiter(
+        (COLLECTIVE.search(str(n)) is not None for n in names), bool, len(names)
+    )
     busy: dict[str, Intervals] = {}
     collectives: dict[str, Intervals] = {}
     work_lines: dict[str, tuple[int, ...]] = {}
     for device, rows in _lines_for_device(trace, backend).items():
-        mask = np.isin(line_rows, rows)
-        if not_work is not None:
-            mask &= ~not_work
-        busy[device] = Intervals.union_of(starts[mask], ends[mask])
-        mask &= collective
-        collectives[device] = Intervals.union_of(starts[mask], ends[mask])
+        lines = [trace.line_events(row) for row in rows]
+        starts = np.concatenate([line.starts for line in lines])
+        ends = np.concatenate([line.ends for line in lines])
+        codes = np.concatenate([line.codes for line in lines])
+        work = ~not_work[codes] if not_work is not None else np.ones(len(codes), dtype=bool)
+        busy[device] = Intervals.union_of(starts[work], ends[work])
+        work &= collective[codes]
+        collectives[device] = Intervals.union_of(starts[work], ends[work])
         work_lines[device] = tuple(rows)
     return DeviceActivity(
         backend=backend, busy=busy, work_lines=work_lines, collectives=collectives

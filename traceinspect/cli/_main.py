@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -10,9 +11,14 @@ import click
 from traceinspect._version import __version__
 from traceinspect.errors import TraceInspectError
 
+# Each command's module, imported only when that command runs (or help lists it): a
+# command pays for its own imports alone (`analyze` does not import capture's runner).
+_COMMANDS = ("analyze", "compare", "info", "events", "export", "view", "capture", "sweep")
+
 
 class _Group(click.Group):
-    """A group that turns every :class:`TraceInspectError` into a one-line message."""
+    """A group that turns every :class:`TraceInspectError` into a one-line message, and
+    imports a command's module when the command is asked for."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -23,6 +29,15 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             sys.exit(130)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _COMMANDS and cmd_name not in self.commands:
+            module = importlib.import_module(f"traceinspect.cli.{cmd_name}")
+            self.add_command(getattr(module, cmd_name))
+        return super().get_command(ctx, cmd_name)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,21 +53,3 @@ def main() -> None:
       traceinspect info sample_traces/cpu_mlp_sync_every_step.xplane.pb
       traceinspect events ./traceinspect_logs --name 'PjitFunction' --limit 20
     """
-
-
-def _register() -> None:
-    # Imported here, after `main` exists, so command modules may import this one.
-    from traceinspect.cli.analyze import analyze
-    from traceinspect.cli.capture import capture
-    from traceinspect.cli.compare import compare
-    from traceinspect.cli.events import events
-    from traceinspect.cli.export import export
-    from traceinspect.cli.info import info
-    from traceinspect.cli.sweep import sweep
-    from traceinspect.cli.view import view
-
-    for command in (analyze, compare, info, events, export, view, capture, sweep):
-        main.add_command(command)
-
-
-_register()

@@ -17,7 +17,9 @@ from traceinspect.errors import UsageError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from traceinspect.analysis.result import Analysis
     from traceinspect.analysis.straggler import HostResult
+    from traceinspect.trace import Trace
     from traceinspect.xplane.locate import Located
 
 
@@ -95,7 +97,6 @@ def analyze(
       traceinspect analyze sample_traces/pod/straggler --jobs 2
       traceinspect analyze gs://bucket/run/tensorboard --scheduler tcp://10.0.0.2:8786
     """
-    from traceinspect.analysis.analyze import analyze as run_analysis
     from traceinspect.report.analyze import render_analysis
     from traceinspect.xplane.locate import locate
 
@@ -108,13 +109,12 @@ def analyze(
             from traceinspect.pod import host_files
 
             (one,) = host_files(located, hosts)
-            trace = replace(request, path=one.path, run=None).load()
-        else:
-            trace = request.load(located)
+            request = replace(request, path=one.path, run=None)
+            located = locate(one.path)
     else:
         _analyze_pod(request, located, hosts, jobs, scheduler, as_json, plots_dir, html_file)
         return
-    result = run_analysis(trace)
+    result, trace = _one_host_analysis(request, located)
     if as_json:
         click.echo(json.dumps(result.to_dict(max_gaps=None if all_gaps else 50), indent=2))
     else:
@@ -123,13 +123,35 @@ def analyze(
         from traceinspect.report.html import render_html
         from traceinspect.report.plots import analysis_figures
 
+        # The plots draw the trace itself: read it when the result came from the cache.
+        shown = trace if trace is not None else request.load(located)
         _write_reports(
-            analysis_figures(trace, result),
-            lambda figures: render_html(trace, result, figures=figures),
+            analysis_figures(shown, result),
+            lambda figures: render_html(shown, result, figures=figures),
             plots_dir,
             html_file,
             quiet=request.quiet,
         )
+
+
+def _one_host_analysis(request: TraceRequest, located: Located) -> tuple[Analysis, Trace | None]:
+    """The analysis of one host's trace: the stored one when the trace (and its sidecar)
+    did not change since it was made, else made now from the trace (and stored); the
+    trace too when it was read."""
+    from traceinspect import results
+
+    if not request.no_cache:
+        stored = results.load(located)
+        if stored is not None:
+            note_newest_run(located, request.path, request.quiet)
+            return stored, None
+    from traceinspect.analysis.analyze import analyze as run_analysis
+
+    trace = request.load(located)
+    result = run_analysis(trace)
+    if not request.no_cache:
+        results.store(located, result)
+    return result, trace
 
 
 def _write_reports(

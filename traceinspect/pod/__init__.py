@@ -75,13 +75,20 @@ class HostTask:
 def analyze_host(task: HostTask) -> HostResult:
     """Read and analyse one host's file; failures come back as the result's ``error``
     (one bad host out of 64 should not hide the other 63)."""
+    from traceinspect import results
     from traceinspect.analysis.analyze import analyze
     from traceinspect.trace import load
 
     started = time.perf_counter()
     try:
-        trace = load(task.location, decoder=task.decoder, use_cache=task.use_cache)
-        analysis = analyze(trace)
+        located = locate(task.location)
+        stored = results.load(located) if task.use_cache else None
+        if stored is not None:
+            analysis = stored
+        else:
+            analysis = analyze(load(located, decoder=task.decoder, use_cache=task.use_cache))
+            if task.use_cache:
+                results.store(located, analysis)
     except TraceInspectError as exc:
         return HostResult(
             host=task.host,

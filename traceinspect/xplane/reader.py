@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from traceinspect.errors import TraceDecodeError, UsageError
-from traceinspect.xplane import fs, pydecode
+from traceinspect.xplane import fs
 from traceinspect.xplane.locate import HostFile
 from traceinspect.xplane.raw import Raw, typed
 
@@ -67,6 +67,9 @@ def _decode(data: Any, decoder: Literal["c", "python"], progress: Progress | Non
     if decoder == "c":
         assert _compiled_decode is not None
         return _compiled_decode(data, progress)
+    # Imported here: it brings protobuf, which the compiled decoder never needs.
+    from traceinspect.xplane import pydecode
+
     return pydecode.decode(data, progress)
 
 

@@ -1,0 +1,173 @@
+"""The analysis cache: a second `analyze` of an unchanged trace reads the stored result and
+prints exactly what a fresh analysis prints; a changed trace or sidecar, `--no-cache` and a
+damaged entry all mean a fresh analysis."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import traceinspect.trace
+from traceinspect.analysis.analyze import analyze
+from traceinspect.analysis.result import analysis_from_record, analysis_record
+from traceinspect.cli import main
+from traceinspect.report.analyze import render_analysis
+from traceinspect.xplane.cache import cache_dir
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = json.loads((REPO / "sample_traces" / "manifest.json").read_text(encoding="utf-8"))
+# The bundled traces that analyse as one host.
+SINGLE = [
+    e["path"] for e in MANIFEST["traces"] if "error" not in e and not e["path"].startswith("pod/")
+]
+
+
+@pytest.mark.parametrize("path", SINGLE)
+def test_a_record_reads_back_as_the_same_analysis(path: str) -> None:
+    a = analyze(traceinspect.trace.load(REPO / "sample_traces" / path, use_cache=False))
+    record, arrays = analysis_record(a)
+    b = analysis_from_record(json.loads(json.dumps(record)), arrays)
+    assert json.dumps(b.to_dict(max_gaps=None)) == json.dumps(a.to_dict(max_gaps=None))
+    assert render_analysis(b, top_gaps=50) == render_analysis(a, top_gaps=50)
+    pd.testing.assert_frame_equal(b.per_step, a.per_step)
+    pd.testing.assert_frame_equal(b.gaps, a.gaps)
+    assert a.timeline is not None and b.timeline is not None
+    for mine, theirs in (
+        (a.timeline.busy, b.timeline.busy),
+        (a.timeline.thread, b.timeline.thread),
+    ):
+        assert list(mine) == list(theirs)
+        for key, iv in mine.items():
+            assert (iv.starts == theirs[key].starts).all() and (iv.ends == theirs[key].ends).all()
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A copy of a bundled capture with its sidecar (sync every step)."""
+    dest = tmp_path / "run"
+    shutil.copytree(REPO / "sample_traces" / "scenarios" / "sync_bound", dest)
+    return dest
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every trace the CLI reads (a cached analysis reads none)."""
+    seen: list[str] = []
+    real: Callable[..., Any] = traceinspect.trace.load
+
+    def counting(path: Any, **kwargs: Any) -> Any:
+        seen.append(str(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(traceinspect.trace, "load", counting)
+    return seen
+
+
+def _analyze(*args: str) -> str:
+    result = CliRunner().invoke(main, ["analyze", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_the_second_analyze_reads_the_stored_result(run: Path, loads: list[str]) -> None:
+    for args in ([str(run), "--json"], [str(run)]):
+        first = _analyze(*args)
+        second = _analyze(*args)
+        assert second == first
+        assert second == _analyze(*args, "--no-cache")
+    # Read for the first run and for each --no-cache one; the text reuses the JSON's analysis.
+    assert len(loads) == 3
+    assert len(list(cache_dir().glob("*.analysis.npz"))) == 1
+
+
+def test_no_cache_neither_reads_nor_writes(run: Path, loads: list[str]) -> None:
+    _analyze(str(run), "--json", "--no-cache")
+    _analyze(str(run), "--json", "--no-cache")
+    assert len(loads) == 2
+    assert not list(cache_dir().glob("*.analysis.npz"))
+
+
+def test_the_path_printed_is_the_one_asked_for(
+    run: Path, loads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absolute = json.loads(_analyze(str(run), "--json"))
+    monkeypatch.chdir(run.parent)
+    relative = json.loads(_analyze("run", "--json"))
+    assert len(loads) == 1  # the same trace: one analysis
+    assert (absolute["path"], relative["path"]) == (str(run), "run")
+    assert {**absolute, "path": None} == {**relative, "path": None}
+
+
+def _later(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize("changed", ["vm.xplane.pb", "traceinspect.capture.json"])
+def test_a_changed_trace_or_sidecar_is_analysed_again(
+    run: Path, loads: list[str], changed: str
+) -> None:
+    _analyze(str(run), "--json")
+    _later(run / changed)
+    _analyze(str(run), "--json")
+    assert len(loads) == 2
+
+
+def test_a_new_sidecar_is_analysed_again(run: Path, loads: list[str]) -> None:
+    sidecar = run / "traceinspect.capture.json"
+    text = sidecar.read_text(encoding="utf-8")
+    sidecar.unlink()
+    without = _analyze(str(run), "--json")
+    sidecar.write_text(text, encoding="utf-8")
+    with_sidecar = _analyze(str(run), "--json")
+    assert len(loads) == 2
+    assert with_sidecar == _analyze(str(run), "--json", "--no-cache")
+    assert without != with_sidecar
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-npz", "other-identity"])
+def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> None:
+    first = _analyze(str(run), "--json")
+    (entry,) = cache_dir().glob("*.analysis.npz")
+    if damage == "truncated":
+        entry.write_bytes(entry.read_bytes()[:200])
+    elif damage == "not-npz":
+        entry.write_text("{}")
+    else:
+        # An entry whose record names another file (a digest collision, a moved cache).
+        with np.load(entry, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        record = json.loads(arrays["__record__"].tobytes().decode())
+        record["ident"]["traces"][0][0] = "/elsewhere/vm.xplane.pb"
+        arrays["__record__"] = np.frombuffer(json.dumps(record).encode(), dtype=np.uint8)
+        with entry.open("wb") as fh:
+            np.savez(fh, **arrays)
+    assert _analyze(str(run), "--json") == first
+    assert len(loads) == 2
+
+
+def test_a_pod_reuses_each_hosts_stored_result(tmp_path: Path, loads: list[str]) -> None:
+    from traceinspect.pod import SerialEngine, analyze_run
+
+    pod = tmp_path / "straggler"
+    shutil.copytree(REPO / "sample_traces" / "pod" / "straggler", pod)
+    first = analyze_run(pod, engine=SerialEngine())
+    assert len(loads) == 4
+    again = analyze_run(pod, engine=SerialEngine())
+    assert len(loads) == 4  # every host from the cache
+    # Everything but each host's own run time is the same.
+    assert _without_times(again.to_dict()) == _without_times(first.to_dict())
+
+
+def _without_times(result: dict[str, Any]) -> str:
+    return re.sub(r'"seconds": [0-9.e-]+', '"seconds": null', json.dumps(result))
