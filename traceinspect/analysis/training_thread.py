@@ -429,7 +429,7 @@ def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _events_at(trace: Trace, line: LineEvents, positions: np.ndarray) -> pd.DataFrame:
     """The events frame's rows of these positions, in the frame's order."""
-    return trace.events.loc[np.sort(line.rows(positions))]
+    return trace.events.iloc[np.sort(line.rows(positions))]
 
 
 def host_activity(
