@@ -55,6 +55,23 @@ def test_union_of_only_where_asked(rows: list[tuple[int, int, bool]]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 12), st.booleans()), max_size=25),
+    st.integers(1, 6),
+)
+def test_union_of_sorted_in_chunks(rows: list[tuple[int, int, bool]], chunk: int) -> None:
+    """The chunked union of sorted spans is the union of the spans not left out, whatever
+    the chunk size."""
+    rows = sorted(rows, key=lambda r: r[0])
+    starts = np.array([s for s, _, _ in rows], dtype=np.int64)
+    durations = np.array([d for _, d, _ in rows], dtype=np.int64)
+    left_out = np.array([i for i, (_, _, out) in enumerate(rows) if out], dtype=np.int64)
+    iv = Intervals.union_of_sorted(starts, durations, left_out, chunk=chunk)
+    assert_canonical(iv)
+    assert cells_of(iv) == cells([(s, d) for s, d, out in rows if not out])
+
+
+@settings(max_examples=300, deadline=None)
 @given(raw, st.integers(0, SPAN), st.integers(0, SPAN + 15))
 def test_busy_plus_idle_is_the_span(pairs: list[tuple[int, int]], lo: int, hi: int) -> None:
     iv = build(pairs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceinspect.cli import main
+from traceinspect.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

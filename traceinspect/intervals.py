@@ -73,6 +73,46 @@ class Intervals:
         keep = block_ends > block_starts
         return Intervals(block_starts[keep], block_ends[keep])
 
+    @staticmethod
+    def union_of_sorted(
+        starts: np.ndarray,
+        durations: np.ndarray,
+        left_out: np.ndarray | None = None,
+        chunk: int = 1 << 18,
+    ) -> Intervals:
+        """:meth:`union_of` for intervals sorted by start, given as starts and durations
+        (a thread's events), without ``left_out`` (positions): read ``chunk`` at a time, so
+        no array of the intervals' size is made (a thread has millions of events)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        durations = np.asarray(durations, dtype=np.int64)
+        skipped = np.sort(left_out) if left_out is not None else np.empty(0, np.int64)
+        firsts: list[np.ndarray] = []
+        lasts: list[np.ndarray] = []  # the running maximum where each block ends
+        carry = np.iinfo(np.int64).min  # the latest end before this chunk
+        for lo in range(0, len(starts), chunk):
+            s = starts[lo : lo + chunk]
+            reach = s + durations[lo : lo + chunk]
+            out = skipped[(skipped >= lo) & (skipped < lo + len(s))] - lo
+            reach[out] = s[out]  # left out: made empty
+            np.maximum.accumulate(reach, out=reach)
+            np.maximum(reach, carry, out=reach)
+            new_block = np.empty(len(s), dtype=bool)
+            new_block[0] = s[0] > carry
+            np.greater(s[1:], reach[:-1], out=new_block[1:])
+            first = np.flatnonzero(new_block)
+            if len(first) and first[0] == 0:
+                lasts.append(np.array([carry], dtype=np.int64))  # the previous chunk's last
+            lasts.append(reach[first[first > 0] - 1])
+            firsts.append(first + lo)
+            carry = int(reach[-1])
+        if not firsts:
+            return Intervals.empty()
+        first_all = np.concatenate(firsts)
+        ends = np.concatenate([*lasts, np.array([carry], dtype=np.int64)])[1:]
+        block_starts = starts[first_all]
+        keep = ends > block_starts
+        return Intervals(block_starts[keep], ends[keep])
+
     def __len__(self) -> int:
         return len(self.starts)
 

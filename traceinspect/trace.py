@@ -76,7 +76,8 @@ class LineEvents:
         return self.starts[positions] + self.durations[positions]
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
-        """The events frame's rows (``event_row``) of these positions."""
+        """The events frame's row numbers (``event_row``, as ``load`` numbers them) of these
+        positions."""
         stored = positions if self.order is None else self.order[positions]
         if self.rows_stored is not None:
             return self.rows_stored[stored]

@@ -44,7 +44,11 @@ from traceinspect.analysis.result import (
     Timeline,
 )
 from traceinspect.analysis.steps import Steps, find_steps
-from traceinspect.analysis.training_thread import HostActivity, training_thread_activity
+from traceinspect.analysis.training_thread import (
+    HostActivity,
+    thread_events,
+    training_thread_activity,
+)
 from traceinspect.analysis.window import (
     check_own_work,
     drop_contextless_first_step,
@@ -83,7 +87,11 @@ def analyze(trace: Trace) -> Analysis:
     steps = drop_contextless_first_step(trace, steps, busy)
     work_rows = np.array(activity.work_line_rows, dtype=np.int64)
     # The steps' thread, read once for the device work it dispatched and what it did.
-    thread = None if steps.main_line_row is None else trace.line_events(steps.main_line_row)
+    thread = (
+        None
+        if steps.main_line_row is None
+        else thread_events(trace, steps.main_line_row, steps.marker_names)
+    )
     work = step_work(trace, steps, work_rows, thread)
     check_own_work(trace, steps, work)
     host = training_thread_activity(trace, steps, thread)

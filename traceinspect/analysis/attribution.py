@@ -122,11 +122,15 @@ def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
     return out
 
 
-def evidence(gap: pd.Series, host: HostActivity, after_sync: bool, input_bound: bool) -> list[str]:
+def evidence(
+    gap: dict[str, int], host: HostActivity, after_sync: bool, input_bound: bool
+) -> list[str]:
+    """Sentences on what the host did during one gap piece (``gap``: its row of the gap
+    table, as numbers)."""
     out: list[str] = []
-    g0, g1 = int(gap[S.START_NS]), int(gap[S.END_NS])
+    g0, g1 = gap[S.START_NS], gap[S.END_NS]
     # The idle period this piece belongs to opened when a read returned.
-    read = host.read_ending_at(int(gap[S.PERIOD_START_NS])) if after_sync else None
+    read = host.read_ending_at(gap[S.PERIOD_START_NS]) if after_sync else None
     if read is not None:
         name, start, end, where = read
         site = f" at {where}" if where else ""
@@ -157,9 +161,12 @@ def attach_evidence(
     # (gaps has a RangeIndex, so labels are positions.)
     longest = gaps[S.DURATION_NS].nlargest(EVIDENCE_GAPS).index
     found: list[list[str]] = [[] for _ in range(len(gaps))]
+    columns = (S.START_NS, S.END_NS, S.PERIOD_START_NS, "compile", "unknown")
+    values = {c: gaps[c].to_numpy() for c in columns}
+    after_sync = gaps[S.AFTER_SYNC].to_numpy()
     for row in longest.tolist():
-        g = gaps.loc[row]
-        found[int(row)] = evidence(g, host, bool(g[S.AFTER_SYNC]), input_bound)
+        g = {c: int(values[c][row]) for c in columns}
+        found[int(row)] = evidence(g, host, bool(after_sync[row]), input_bound)
     gaps[S.EVIDENCE] = found
     gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
 

@@ -32,7 +32,8 @@ import pandas as pd
 from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps, nested_spans
-from traceinspect.trace import LineEvents, Trace
+from traceinspect.analysis.training_thread import ThreadEvents, thread_events
+from traceinspect.trace import Trace
 
 # The offsets tried: the CPU client keeps about 32 executions in flight.
 _MAX_OFFSET = 4096
@@ -118,7 +119,7 @@ def _offset(dispatch_ns: np.ndarray, exec_start_ns: np.ndarray) -> int | None:
 
 
 def step_work(
-    trace: Trace, steps: Steps, work_rows: np.ndarray, thread: LineEvents | None = None
+    trace: Trace, steps: Steps, work_rows: np.ndarray, thread: ThreadEvents | None = None
 ) -> StepWork | None:
     """Each step's device work from the executions it dispatched, or None when the trace
     cannot link them (no execution ids, no dispatches on the training thread).
@@ -128,18 +129,18 @@ def step_work(
     execs = _executions(trace, work_rows)
     if execs.empty:
         return None
-    main = thread if thread is not None else trace.line_events(steps.main_line_row)
-    # The jitted function of each distinct name, matched once (a trace holds millions of
-    # events but a few thousand names), then looked up by category code.
-    fn_of_name = np.array(
-        [m.group("fn") if (m := N.PJIT.match(str(n))) else None for n in main.names],
-        dtype=object,
-    )
-    is_call_name = fn_of_name != None  # noqa: E711 (element-wise over an object array)
-    if not is_call_name.any():
+    if thread is None or thread.line.line_row != steps.main_line_row:
+        thread = thread_events(trace, steps.main_line_row)
+    main = thread.line
+    # The calls in order of start (the thread's arrays are), outermost only; each one's
+    # jitted function from its name, matched once per name.
+    positions = thread.named(N.PJIT, envelopes=True)
+    if len(positions) == 0:
         return None
-    # The calls in order of start (the thread's arrays are), outermost only.
-    positions = np.flatnonzero(main.name_mask(is_call_name))
+    fn_of_name = np.full(len(main.names), None, dtype=object)
+    for code in np.unique(main.codes[positions]).tolist():
+        m = N.PJIT.match(str(main.names[code]))
+        fn_of_name[code] = m.group("fn") if m else None
     call_starts, call_ends = main.starts[positions], main.end_at(positions)
     outer = ~nested_spans(call_starts, call_ends)
     call_starts = call_starts[outer]

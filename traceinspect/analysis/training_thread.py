@@ -59,8 +59,10 @@ _FIRST_CANDIDATES = 64
 # they are found in one pass over the thread and selected from there afterwards.
 _AWAIT = re.compile("^" + re.escape(N.AWAIT) + "$")
 _SOUGHT = (N.INPUT_EVENT, N.SYNC_EVENT, N.COMPILE_EVENT, _AWAIT, N.PJIT, N.TRANSFER_EVENT)
-# What a name is, as bits of one small integer per event (one pass over the thread).
-_IS_SOUGHT, _IS_ENVELOPE, _IS_USER_FRAME = 1, 2, 4
+# Any of them (each keeps its own anchors): the names worth matching one by one.
+_ANY_SOUGHT = re.compile("|".join(f"(?:{regex.pattern})" for regex in _SOUGHT))
+# What a name is, as bits: sought, or a step envelope.
+_IS_SOUGHT, _IS_ENVELOPE = 1, 2
 
 
 def _per_block(values: np.ndarray) -> np.ndarray:
@@ -68,6 +70,14 @@ def _per_block(values: np.ndarray) -> np.ndarray:
     if len(values) == 0:
         return np.empty(0, dtype=np.int64)
     return np.maximum.reduceat(values, np.arange(0, len(values), _BLOCK))
+
+
+def _latest_end_per_block(line: LineEvents) -> np.ndarray:
+    """:func:`_per_block` of the events' ends, a few hundred blocks at a time (no array of
+    every end)."""
+    step = 256 * _BLOCK
+    parts = [_per_block(line.end_at(slice(lo, lo + step))) for lo in range(0, len(line), step)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def _in_blocks(blocks: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -125,9 +135,19 @@ class ThreadEvents:
         pattern: a thread has thousands of names.)"""
         key = f"match:{regex.pattern}"
         if key not in self._cache:
-            self._cache[key] = self.line.names_matching(regex)
-        hit: np.ndarray = self._cache[key]
-        return hit
+            if any(regex.pattern == sought.pattern for sought in _SOUGHT):
+                # Only the few names that match one of them at all are matched again.
+                if "any" not in self._cache:
+                    self._cache["any"] = np.flatnonzero(self.line.names_matching(_ANY_SOUGHT))
+                candidates = self._cache["any"]
+                hit = np.zeros(len(self.line.names), dtype=bool)
+                names = self.line.names
+                hit[candidates] = [regex.search(str(names[int(c)])) is not None for c in candidates]
+                self._cache[key] = hit
+            else:
+                self._cache[key] = self.line.names_matching(regex)
+        matched: np.ndarray = self._cache[key]
+        return matched
 
     @property
     def user_frame_names(self) -> dict[int, tuple[str, str]]:
@@ -140,40 +160,32 @@ class ThreadEvents:
         frames: dict[int, tuple[str, str]] = self._cache["user"]
         return frames
 
-    def _kinds(self) -> np.ndarray:
-        """One small integer per event: the bits of its name (sought, envelope, user frame)."""
-        if "kinds" not in self._cache:
+    def with_kind(self, bit: int) -> np.ndarray:
+        """Positions of the events whose name has this bit (``_IS_SOUGHT``,
+        ``_IS_ENVELOPE``): both rare, found in one pass over the thread."""
+        key = f"kind:{bit}"
+        if key not in self._cache:
             table = np.zeros(len(self.line.names), dtype=np.uint8)
             for regex in _SOUGHT:
                 table[self.matching(regex) & self.kept] |= _IS_SOUGHT
             table[~self.kept] |= _IS_ENVELOPE
-            table[list(self.user_frame_names)] |= _IS_USER_FRAME
-            self._cache["kinds"] = self.line.name_mask(table)
-        kinds: np.ndarray = self._cache["kinds"]
-        return kinds
-
-    def with_kind(self, bit: int) -> np.ndarray:
-        """Positions of the events whose name has this bit (``_IS_...``)."""
-        key = f"kind:{bit}"
-        if key not in self._cache:
-            kinds = self._kinds()
-            if bit in (_IS_SOUGHT, _IS_ENVELOPE):
-                # Both are rare: one pass finds the two.
-                rare = np.flatnonzero(kinds & (_IS_SOUGHT | _IS_ENVELOPE))
-                for one in (_IS_SOUGHT, _IS_ENVELOPE):
-                    self._cache[f"kind:{one}"] = rare[(kinds[rare] & one) != 0]
-            else:
-                self._cache[key] = np.flatnonzero(kinds & bit)
+            rare = np.flatnonzero(self.line.name_mask(table))
+            bits = table[self.line.codes[rare]]
+            for one in (_IS_SOUGHT, _IS_ENVELOPE):
+                self._cache[f"kind:{one}"] = rare[(bits & one) != 0]
         positions: np.ndarray = self._cache[key]
         return positions
 
-    def named(self, regex: re.Pattern[str]) -> np.ndarray:
+    def named(self, regex: re.Pattern[str], *, envelopes: bool = False) -> np.ndarray:
         """Positions (in order of start) of the counted events whose name matches
-        ``regex`` (``search``)."""
-        hit = self.matching(regex) & self.kept
+        ``regex`` (``search``); with ``envelopes``, the step envelopes' too."""
+        hit = self.matching(regex) if envelopes else self.matching(regex) & self.kept
         if not hit.any():
             return np.empty(0, dtype=np.int64)
-        if any(regex.pattern == sought.pattern for sought in _SOUGHT):
+        if (
+            any(regex.pattern == sought.pattern for sought in _SOUGHT)
+            and not (hit & ~self.kept).any()
+        ):
             # A few events: picked from those found once for every name sought.
             positions = self.with_kind(_IS_SOUGHT)
             return positions[hit[self.line.codes[positions]]]
@@ -186,7 +198,7 @@ class ThreadEvents:
     def block_reach(self) -> np.ndarray:
         """The latest end in each block of events."""
         if "reach" not in self._cache:
-            self._cache["reach"] = _per_block(self.line.ends)
+            self._cache["reach"] = _latest_end_per_block(self.line)
         reach: np.ndarray = self._cache["reach"]
         return reach
 
@@ -200,13 +212,9 @@ class ThreadEvents:
 
     def busy(self) -> Intervals:
         """The union of the counted events (every event but the step envelopes)."""
-        # One array of ends for the block index and, overwritten, for the union.
-        ends = self.line.ends
-        if "reach" not in self._cache:
-            self._cache["reach"] = _per_block(ends)
-        envelopes = self.with_kind(_IS_ENVELOPE)
-        ends[envelopes] = self.starts[envelopes]  # left out: made empty
-        return Intervals.union_of(self.starts, ends, scratch=True)
+        return Intervals.union_of_sorted(
+            self.starts, self.line.durations, self.with_kind(_IS_ENVELOPE)
+        )
 
     def longest_names(self, lo: int, hi: int, top: int) -> list[tuple[str, str, int]]:
         """The ``top`` distinct names overlapping ``[lo, hi)`` the most: each name's longest
@@ -429,19 +437,34 @@ def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _events_at(trace: Trace, line: LineEvents, positions: np.ndarray) -> pd.DataFrame:
     """The events frame's rows of these positions, in the frame's order."""
-    return trace.events.loc[np.sort(line.rows(positions))]
+    return trace.events.iloc[np.sort(line.rows(positions))]
+
+
+def thread_events(trace: Trace, line_row: int, markers: tuple[str, ...] = ()) -> ThreadEvents:
+    """The events of the thread on line ``line_row``; ``markers`` are step envelope events
+    (``StepTraceAnnotation`` names): they span whole steps and are not work."""
+    line = trace.line_events(line_row)
+    names = line.names
+    kept = ~np.asarray(names.isin(markers)) if markers else np.ones(len(names), dtype=bool)
+    thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
+    input_name = thread.matching(N.INPUT_EVENT) & kept
+    sync_name = thread.matching(N.SYNC_EVENT) & kept
+    compile_name = thread.matching(N.COMPILE_EVENT) & kept
+    category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
+    thread.category_of_name[:] = category  # (the names matched once, for both)
+    return thread
 
 
 def host_activity(
     trace: Trace,
     main_line_row: int | None,
     markers: tuple[str, ...] = (),
-    line: LineEvents | None = None,
+    thread: ThreadEvents | None = None,
 ) -> HostActivity:
     """Categorised activity of the training thread ``main_line_row``; ``markers`` are
     step envelope events (``StepTraceAnnotation`` names): they span whole steps and are
-    not work, so they are left out. ``line``: that line's events, when the caller has them.
-    """
+    not work, so they are left out. ``thread``: that thread's events, when the caller has
+    them (:func:`thread_events`)."""
     compile_starts, compile_ends = _compile_line_spans(trace)
     empty_waits = pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
     if main_line_row is None:
@@ -455,16 +478,9 @@ def host_activity(
             None,
             empty_waits,
         )
-    if line is None or line.line_row != main_line_row:
-        line = trace.line_events(main_line_row)
-    names = line.names
-    kept = ~np.asarray(names.isin(markers)) if markers else np.ones(len(names), dtype=bool)
-    thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
-    input_name = thread.matching(N.INPUT_EVENT) & kept
-    sync_name = thread.matching(N.SYNC_EVENT) & kept
-    compile_name = thread.matching(N.COMPILE_EVENT) & kept
-    category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
-    thread.category_of_name[:] = category  # (the names matched once, for both)
+    if thread is None or thread.line.line_row != main_line_row:
+        thread = thread_events(trace, main_line_row, markers)
+    line = thread.line
     starts = line.starts
     is_input = thread.named(N.INPUT_EVENT)
     is_compile = thread.named(N.COMPILE_EVENT)
@@ -509,12 +525,12 @@ def user_frames(thread: ThreadEvents) -> PythonFrames | None:
 
 
 def training_thread_activity(
-    trace: Trace, steps: Steps, line: LineEvents | None = None
+    trace: Trace, steps: Steps, thread: ThreadEvents | None = None
 ) -> HostActivity:
     """What the thread driving ``steps`` did: the one carrying the step annotations, else
     the one dispatching programs or drawing batches most often (one rule for the analysis
-    and its plots). ``line``: the events of the steps' thread, when the caller has them."""
+    and its plots). ``thread``: the events of the steps' thread, when the caller has them."""
     main_line = steps.main_line_row
     if main_line is None:
         main_line = guess_training_line(trace)
-    return host_activity(trace, main_line, steps.marker_names, line)
+    return host_activity(trace, main_line, steps.marker_names, thread)

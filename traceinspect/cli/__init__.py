@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from traceinspect.cli._main import main
+from traceinspect.cli._main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import sys
 from typing import Any
@@ -53,3 +55,13 @@ def main() -> None:
       traceinspect info sample_traces/cpu_mlp_sync_every_step.xplane.pb
       traceinspect events ./traceinspect_logs --name 'PjitFunction' --limit 20
     """
+
+
+def run() -> None:
+    """The console entry point: :func:`main`, without the interpreter's last garbage
+    collection at exit. After a large analysis that pass walks every object still alive
+    (pandas' modules, the frames) only to free memory the process is giving back anyway:
+    0.07-0.13 s of a 1 s `analyze` on the 89 MB benchmark capture. Exit handlers and
+    finalizers run as usual; in-process callers (tests, CliRunner) use ``main``."""
+    atexit.register(gc.freeze)
+    main()

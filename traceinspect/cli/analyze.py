@@ -97,7 +97,6 @@ def analyze(
       traceinspect analyze sample_traces/pod/straggler --jobs 2
       traceinspect analyze gs://bucket/run/tensorboard --scheduler tcp://10.0.0.2:8786
     """
-    from traceinspect.report.analyze import render_analysis
     from traceinspect.xplane.locate import locate
 
     located = locate(request.path, request.run)
@@ -118,6 +117,8 @@ def analyze(
     if as_json:
         click.echo(json.dumps(result.to_dict(max_gaps=None if all_gaps else 50), indent=2))
     else:
+        from traceinspect.report.analyze import render_analysis
+
         click.echo(render_analysis(result, top_gaps=top_gaps))
     if plots_dir is not None or html_file is not None:
         from traceinspect.report.html import render_html
