@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trace", "intervals"),  # the trace model
     ("backends",),  # device activity per layout
     ("analysis",),  # pure functions over the model
-    ("sweep", "pod"),  # orchestration: capture, analyse, combine
+    ("sweep", "pod", "isolate"),  # orchestration: capture, analyse, combine
     ("report",),  # text, JSON, HTML, plots
     ("cli",),  # thin commands
     ("__init__", "__main__"),  # the public API and the entry point
