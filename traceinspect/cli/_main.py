@@ -47,9 +47,10 @@ def _register() -> None:
     from traceinspect.cli.compare import compare
     from traceinspect.cli.events import events
     from traceinspect.cli.info import info
+    from traceinspect.cli.isolate import isolate
     from traceinspect.cli.sweep import sweep
 
-    for command in (analyze, compare, info, events, capture, sweep):
+    for command in (analyze, compare, info, events, capture, sweep, isolate):
         main.add_command(command)
 
 
