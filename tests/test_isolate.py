@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from traceinspect import sidecar as SC
 from traceinspect.analysis.workers import KNEE_TOLERANCE
-from traceinspect.capture import PhaseRun
+from traceinspect.capture import PhaseRun, wait_for_quiet
 from traceinspect.cli import main
 from traceinspect.errors import IsolateError, UsageError
 from traceinspect.isolate import (
@@ -305,3 +305,11 @@ def test_a_command_that_is_not_python_is_refused_before_running(tmp_path: Path) 
 def test_no_progress_without_a_terminal(tmp_path: Path) -> None:
     result = _isolate(tmp_path, "pass\n")
     assert "phase 1/3" not in result.output
+
+
+def test_waiting_for_a_quiet_machine_is_bounded() -> None:
+    # Any machine is quiet enough for a bound no machine reaches, and none for a negative one:
+    # that one waits its limit, and no longer than a sample past it.
+    assert wait_for_quiet(1e9, limit_s=5.0, sample_s=0.05) < 1.0
+    waited = wait_for_quiet(-1.0, limit_s=0.3, sample_s=0.05)
+    assert 0.3 <= waited < 0.3 + 0.5

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +48,7 @@ from typing import Any
 
 from traceinspect import sidecar as SC
 from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE
-from traceinspect.capture import PhaseRun, log_tail, parse_command, run_phase
+from traceinspect.capture import PhaseRun, log_tail, parse_command, run_phase, wait_for_quiet
 from traceinspect.errors import IsolateError, UsageError
 from traceinspect.vocabulary import Verdict
 
@@ -72,6 +73,9 @@ MIN_TIMED = 3
 # (sample_traces/scenarios/family/ISOLATE.md).
 BUSY_OTHERS = 0.15
 TRIES = 3
+# Before running a phase again, wait at most this long for other processes to quieten (below
+# BUSY_OTHERS): a run into a busy machine is a run to repeat.
+QUIET_WAIT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,7 +317,8 @@ def run_isolate(
     loader and real phases, and judge.
 
     A phase whose window other processes kept busy (more than ``BUSY_OTHERS`` of the
-    machine's cores) runs again, up to ``tries`` times in all, and the quietest run counts.
+    machine's cores) runs again, up to ``tries`` times in all, each time once they leave
+    the machine quiet (waiting at most ``QUIET_WAIT_S``), and the quietest run counts.
     Each run's output goes to ``<logdir>/<phase>.log`` (``<phase>-2.log``, ... for the
     next tries; a temporary folder, removed, when ``logdir`` is None). Raises
     :class:`~traceinspect.errors.IsolateError` when a phase crashes, the script draws no
@@ -340,9 +345,13 @@ def run_isolate(
             ) from None
         runs: dict[str, PhaseRun] = {}
         attempts: dict[str, int] = {}
+        waited_s = 0.0
+        cores = os.cpu_count() or 1
         for index, phase in enumerate(PHASES):
             best: tuple[float, PhaseRun] | None = None
             for attempt in range(1, tries + 1):
+                if attempt > 1:
+                    waited_s += wait_for_quiet(BUSY_OTHERS * cores, QUIET_WAIT_S)
                 if progress is not None:
                     progress(phase, index, len(PHASES), attempt)
                 name = phase if attempt == 1 else f"{phase}-{attempt}"
@@ -362,9 +371,13 @@ def run_isolate(
                     break
             assert best is not None
             runs[phase] = best[1]
-        return summarize(
+        result = summarize(
             runs, command=tuple(command), tolerance=tolerance, kept_logs=kept, tries=attempts
         )
+    if waited_s >= 1.0:
+        note = f"waited {waited_s:.0f} s in all for other processes to leave the machine quiet"
+        result = dataclasses.replace(result, notes=(*result.notes, note))
+    return result
 
 
 def _busy(timing: PhaseTiming) -> float:

@@ -55,7 +55,7 @@ from traceinspect.capture._child._base import (
     ANNOTATIONS,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
-from traceinspect.capture._phase import PhaseRun, log_tail, run_phase
+from traceinspect.capture._phase import PhaseRun, log_tail, run_phase, wait_for_quiet
 from traceinspect.capture._runner import STEP_SOURCES, CaptureOptions, CaptureResult, run_capture
 from traceinspect.sidecar import FILE_NAME as SIDECAR_NAME
 from traceinspect.sidecar import file_name as sidecar_name
@@ -76,4 +76,5 @@ __all__ = [
     "run_capture",
     "run_phase",
     "sidecar_name",
+    "wait_for_quiet",
 ]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import cast
 
 from traceinspect import sidecar as SC
-from traceinspect.capture._child import ENTRY
+from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import TIMING_LOADER, TIMING_MODES
 from traceinspect.capture._command import parse_command
 from traceinspect.capture._runner import CaptureOptions, _child_config, _exit_code
@@ -189,3 +189,19 @@ def log_tail(path: str | Path, limit: int = 160) -> str:
         if line and not line.startswith("traceinspect:"):
             return line if len(line) <= limit else line[: limit - 3] + "..."
     return ""
+
+
+def wait_for_quiet(max_busy_cores: float, limit_s: float, sample_s: float = 0.5) -> float:
+    """Wait, at most ``limit_s``, until the machine's cores are busy no more than
+    ``max_busy_cores`` over ``sample_s`` (nothing of a phase runs meanwhile: what is busy is
+    other processes). Returns the seconds waited (0 where /proc/stat is missing)."""
+    started = time.monotonic()
+    while True:
+        before = facts._machine_busy_s()
+        time.sleep(sample_s)
+        after = facts._machine_busy_s()
+        waited = time.monotonic() - started
+        if before is None or after is None:
+            return 0.0
+        if (after - before) / sample_s <= max_busy_cores or waited >= limit_s:
+            return waited
