@@ -73,10 +73,15 @@ def _per_block(values: np.ndarray) -> np.ndarray:
 
 
 def _latest_end_per_block(line: LineEvents) -> np.ndarray:
-    """:func:`_per_block` of the events' ends, a few hundred blocks at a time (no array of
-    every end)."""
-    step = 256 * _BLOCK
-    parts = [_per_block(line.end_at(slice(lo, lo + step))) for lo in range(0, len(line), step)]
+    """:func:`_per_block` of the events' ends, some blocks at a time into one buffer (no
+    array of every end; see ``Intervals.union_of_sorted`` on asking for memory again)."""
+    step = 64 * _BLOCK
+    buffer = np.empty(min(step, len(line)), dtype=np.int64)
+    parts = []
+    for lo in range(0, len(line), step):
+        ends = buffer[: len(line.starts[lo : lo + step])]
+        np.add(line.starts[lo : lo + step], line.durations[lo : lo + step], out=ends)
+        parts.append(_per_block(ends))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
@@ -169,8 +174,16 @@ class ThreadEvents:
             for regex in _SOUGHT:
                 table[self.matching(regex) & self.kept] |= _IS_SOUGHT
             table[~self.kept] |= _IS_ENVELOPE
-            rare = np.flatnonzero(self.line.name_mask(table))
-            bits = table[self.line.codes[rare]]
+            # A part of the thread at a time, into one buffer (see _latest_end_per_block).
+            codes, step = self.line.codes, 1 << 16
+            buffer = np.empty(min(step, len(codes)), dtype=np.uint8)
+            found = [np.empty(0, np.int64)]
+            for lo in range(0, len(codes), step):
+                part = buffer[: len(codes[lo : lo + step])]
+                np.take(table, codes[lo : lo + step], out=part, mode="clip")  # (unbuffered)
+                found.append(np.flatnonzero(part) + lo)
+            rare = np.concatenate(found)
+            bits = table[codes[rare]]
             for one in (_IS_SOUGHT, _IS_ENVELOPE):
                 self._cache[f"kind:{one}"] = rare[(bits & one) != 0]
         positions: np.ndarray = self._cache[key]
