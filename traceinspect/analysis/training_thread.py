@@ -46,9 +46,11 @@ CATEGORIES = ("host", "input", "sync", "compile")
 # the longest event among its events: the events still running at a given instant lie in
 # the few blocks whose latest end is after it (on a thread, nested frames), and the longest
 # events of a stretch in the few blocks whose longest event is long enough.
-_BLOCK = 1024
+_BLOCK = 256
 # Blocks first read for a gap's longest events (those with the longest events): enough for
-# the threshold on the 89 MB benchmark capture's gaps (11-25 needed), one pass mostly.
+# the threshold on the 89 MB benchmark capture's gaps (1-28 needed), one pass mostly. (256
+# events a block read 4-6 times fewer events there than 1,024: a gap's longest events are
+# a few, spread over the blocks.)
 _FIRST_BLOCKS = 32
 # Blocks read at a time when looking for the longest frames.
 _BLOCKS_AT_ONCE = 16
@@ -75,7 +77,7 @@ def _per_block(values: np.ndarray) -> np.ndarray:
 def _latest_end_per_block(line: LineEvents) -> np.ndarray:
     """:func:`_per_block` of the events' ends, some blocks at a time into one buffer (no
     array of every end; see ``Intervals.union_of_sorted`` on asking for memory again)."""
-    step = 64 * _BLOCK
+    step = _BLOCK * max(1, (1 << 16) // _BLOCK)
     buffer = np.empty(min(step, len(line)), dtype=np.int64)
     parts = []
     for lo in range(0, len(line), step):
@@ -177,10 +179,13 @@ class ThreadEvents:
             # A part of the thread at a time, into one buffer (see _latest_end_per_block).
             codes, step = self.line.codes, 1 << 16
             buffer = np.empty(min(step, len(codes)), dtype=np.uint8)
+            index = np.empty(len(buffer), dtype=np.intp)  # take() would convert codes anew
             found = [np.empty(0, np.int64)]
             for lo in range(0, len(codes), step):
-                part = buffer[: len(codes[lo : lo + step])]
-                np.take(table, codes[lo : lo + step], out=part, mode="clip")  # (unbuffered)
+                chunk = codes[lo : lo + step]
+                part, at = buffer[: len(chunk)], index[: len(chunk)]
+                np.copyto(at, chunk)
+                np.take(table, at, out=part, mode="clip")  # (clip: unbuffered)
                 found.append(np.flatnonzero(part) + lo)
             rare = np.concatenate(found)
             bits = table[codes[rare]]
