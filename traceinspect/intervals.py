@@ -30,17 +30,8 @@ class Intervals:
         return Intervals(np.empty(0, np.int64), np.empty(0, np.int64))
 
     @staticmethod
-    def union_of(
-        starts: np.ndarray,
-        ends: np.ndarray,
-        where: np.ndarray | None = None,
-        *,
-        scratch: bool = False,
-    ) -> Intervals:
-        """The union of possibly overlapping, unsorted intervals (empty ones dropped);
-        ``where``: only the intervals where it is True. ``scratch``: ``ends`` is the
-        caller's own temporary array, which the call may overwrite (one array less of
-        the intervals' size: a thread's millions of events)."""
+    def union_of(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+        """The union of possibly overlapping, unsorted intervals (empty ones dropped)."""
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         if len(starts) == 0:
@@ -49,25 +40,15 @@ class Intervals:
         if not (starts[1:] >= starts[:-1]).all():
             order = np.argsort(starts, kind="stable")
             starts, ends = starts[order], ends[order]
-            where = where[order] if where is not None else None
         # Running maximum of ends: an interval starts a new block when it begins after
         # every earlier interval has ended; a block ends at the running maximum where the
-        # next block begins. Empty intervals (and those left out, made empty) never reach
-        # past an earlier end: alone they make empty blocks, dropped at the end; so no
-        # copy of the events without them is needed.
-        if where is None:
-            reach = ends if scratch and ends.flags.writeable else ends.copy()
-        elif scratch and ends.flags.writeable:
-            reach = ends
-            np.copyto(reach, starts, where=~where)
-        else:
-            reach = np.where(where, ends, starts)
-        np.maximum.accumulate(reach, out=reach)
+        # next block begins. Empty intervals never reach past an earlier end: alone they
+        # make empty blocks, dropped at the end (no copy of the intervals without them).
+        reach = np.maximum.accumulate(ends)
         new_block = np.empty(len(starts), dtype=bool)
         new_block[0] = True
         np.greater(starts[1:], reach[:-1], out=new_block[1:])
         first = np.flatnonzero(new_block)
-        del new_block
         last = np.append(first[1:] - 1, len(starts) - 1)
         block_starts, block_ends = starts[first], reach[last]
         keep = block_ends > block_starts
