@@ -70,7 +70,8 @@ def _run(cmd: list[str], out: Path, env: dict[str, str] | None = None) -> dict[s
         err = stderr.read().decode(errors="replace")
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {code}:\n{err[-2000:]}")
-    return {"wall_s": wall, "peak_bytes": usage.ru_maxrss * 1024, "load_avg": load}
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "peak_bytes": usage.ru_maxrss * 1024, "load_avg": load}
 
 
 def _traceinspect(args: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -180,12 +181,15 @@ def report(fig: dict[str, Any], large: bool) -> None:
     size = fig["file_bytes"]
     cmds = fig["commands"]
     print(f"\n{fig['file']}: {size / 1e6:.1f} MB (verdict {fig['verdict']}, {fig['gaps']} gaps)")
-    print(f"{'command':<46} {'wall s':>7} {'spread':>7} {'peak MiB':>9} {'analyze/it':>10}")
+    print(
+        f"{'command':<46} {'wall s':>7} {'spread':>7} {'cpu s':>6} {'peak MiB':>9} "
+        f"{'analyze/it':>10}"
+    )
     an = cmds["analyze"]
     for name, r in cmds.items():
         ratio = an["wall_s"] / r["wall_s"] if name != "analyze" else 1.0
         print(
-            f"{LABELS[name]:<46} {r['wall_s']:>7.2f} {r['spread_s']:>7.2f} "
+            f"{LABELS[name]:<46} {r['wall_s']:>7.2f} {r['spread_s']:>7.2f} {r['cpu_s']:>6.2f} "
             f"{r['peak_bytes'] / MB:>9,.0f} {ratio:>9.2f}x"
         )
     ph = fig["phases"]
@@ -195,6 +199,10 @@ def report(fig: dict[str, Any], large: bool) -> None:
     )
     loads = [x for r in cmds.values() for x in r.get("load_avgs", [r.get("load_avg", 0.0)])]
     print(f"1-minute load average as the runs started: {min(loads):.2f}-{max(loads):.2f}")
+    print(
+        "cpu s: user + system time of the best run's process (xprof-rs runs on several "
+        "threads, traceinspect on one)"
+    )
     info = cmds["info"]["wall_s"]
     vs_info = an["wall_s"] / info
     budget = RSS_FILE_FACTOR * size + RSS_EXTRA_BYTES

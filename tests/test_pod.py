@@ -470,8 +470,8 @@ def test_default_jobs_are_capped_by_cores_files_and_memory(monkeypatch: pytest.M
     monkeypatch.setattr(_engines, "available_memory", lambda: 32 << 30)
     assert _engines.default_jobs([1 << 20] * 32) == (8, "8 usable core(s)")
     assert _engines.default_jobs([1 << 20] * 3) == (3, "3 host file(s)")
-    # 2 GB host files: 14 x 2 GB = 28 GB per worker, so 32 GiB holds one at a time.
-    jobs, reason = _engines.default_jobs([2_000_000_000] * 32)
+    # 7 GB host files: 5 x 7 GB = 35 GB per worker, so 32 GiB holds one at a time.
+    jobs, reason = _engines.default_jobs([7_000_000_000] * 32)
     assert jobs == 1 and reason.startswith("memory: 32.0 GiB available holds 1 host(s)")
 
 

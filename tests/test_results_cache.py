@@ -171,3 +171,12 @@ def test_a_pod_reuses_each_hosts_stored_result(tmp_path: Path, loads: list[str])
 
 def _without_times(result: dict[str, Any]) -> str:
     return re.sub(r'"seconds": [0-9.e-]+', '"seconds": null', json.dumps(result))
+
+
+def test_the_html_of_a_stored_result_is_the_same(run: Path, loads: list[str]) -> None:
+    """The page draws the trace itself, so a stored result reads the trace for it."""
+    first, second = run.parent / "first.html", run.parent / "second.html"
+    _analyze(str(run), "--html", str(first), "-q")
+    _analyze(str(run), "--html", str(second), "-q")
+    assert len(loads) == 2  # the analysis once, the trace again for the page
+    assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")

@@ -30,17 +30,8 @@ class Intervals:
         return Intervals(np.empty(0, np.int64), np.empty(0, np.int64))
 
     @staticmethod
-    def union_of(
-        starts: np.ndarray,
-        ends: np.ndarray,
-        where: np.ndarray | None = None,
-        *,
-        scratch: bool = False,
-    ) -> Intervals:
-        """The union of possibly overlapping, unsorted intervals (empty ones dropped);
-        ``where``: only the intervals where it is True. ``scratch``: ``ends`` is the
-        caller's own temporary array, which the call may overwrite (one array less of
-        the intervals' size: a thread's millions of events)."""
+    def union_of(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+        """The union of possibly overlapping, unsorted intervals (empty ones dropped)."""
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         if len(starts) == 0:
@@ -49,25 +40,15 @@ class Intervals:
         if not (starts[1:] >= starts[:-1]).all():
             order = np.argsort(starts, kind="stable")
             starts, ends = starts[order], ends[order]
-            where = where[order] if where is not None else None
         # Running maximum of ends: an interval starts a new block when it begins after
         # every earlier interval has ended; a block ends at the running maximum where the
-        # next block begins. Empty intervals (and those left out, made empty) never reach
-        # past an earlier end: alone they make empty blocks, dropped at the end; so no
-        # copy of the events without them is needed.
-        if where is None:
-            reach = ends if scratch and ends.flags.writeable else ends.copy()
-        elif scratch and ends.flags.writeable:
-            reach = ends
-            np.copyto(reach, starts, where=~where)
-        else:
-            reach = np.where(where, ends, starts)
-        np.maximum.accumulate(reach, out=reach)
+        # next block begins. Empty intervals never reach past an earlier end: alone they
+        # make empty blocks, dropped at the end (no copy of the intervals without them).
+        reach = np.maximum.accumulate(ends)
         new_block = np.empty(len(starts), dtype=bool)
         new_block[0] = True
         np.greater(starts[1:], reach[:-1], out=new_block[1:])
         first = np.flatnonzero(new_block)
-        del new_block
         last = np.append(first[1:] - 1, len(starts) - 1)
         block_starts, block_ends = starts[first], reach[last]
         keep = block_ends > block_starts
@@ -78,25 +59,31 @@ class Intervals:
         starts: np.ndarray,
         durations: np.ndarray,
         left_out: np.ndarray | None = None,
-        chunk: int = 1 << 18,
+        chunk: int = 1 << 16,
     ) -> Intervals:
         """:meth:`union_of` for intervals sorted by start, given as starts and durations
-        (a thread's events), without ``left_out`` (positions): read ``chunk`` at a time, so
-        no array of the intervals' size is made (a thread has millions of events)."""
+        (a thread's events), without ``left_out`` (positions): read ``chunk`` at a time into
+        the same two buffers, so no array of the intervals' size is made (a thread has
+        millions of events) and no memory is asked for again per chunk (where the allocator
+        hands out fresh pages for every large array, as in Dask's workers, that is half of
+        an analysis' time)."""
         starts = np.asarray(starts, dtype=np.int64)
         durations = np.asarray(durations, dtype=np.int64)
         skipped = np.sort(left_out) if left_out is not None else np.empty(0, np.int64)
         firsts: list[np.ndarray] = []
         lasts: list[np.ndarray] = []  # the running maximum where each block ends
         carry = np.iinfo(np.int64).min  # the latest end before this chunk
+        reach_buffer = np.empty(min(chunk, len(starts)), dtype=np.int64)
+        new_block_buffer = np.empty(len(reach_buffer), dtype=bool)
         for lo in range(0, len(starts), chunk):
             s = starts[lo : lo + chunk]
-            reach = s + durations[lo : lo + chunk]
+            reach = reach_buffer[: len(s)]
+            np.add(s, durations[lo : lo + chunk], out=reach)
             out = skipped[(skipped >= lo) & (skipped < lo + len(s))] - lo
             reach[out] = s[out]  # left out: made empty
             np.maximum.accumulate(reach, out=reach)
             np.maximum(reach, carry, out=reach)
-            new_block = np.empty(len(s), dtype=bool)
+            new_block = new_block_buffer[: len(s)]
             new_block[0] = s[0] > carry
             np.greater(s[1:], reach[:-1], out=new_block[1:])
             first = np.flatnonzero(new_block)

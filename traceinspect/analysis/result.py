@@ -248,6 +248,10 @@ class Analysis:
 # an analysis prints exactly as the one that was stored.
 RECORD_FORMAT = 1
 _TUPLE_FIELDS = ("devices", "sync_sites", "notes", "first_batches")
+# Fields kept in a shape of their own (the others are JSON values as they are).
+_STRUCTURED_FIELDS = frozenset(
+    ("steps", "recommendations", "per_step", "gaps", "timeline", "input_stages", "findings")
+)
 
 
 def _frame_record(
@@ -303,20 +307,7 @@ def _intervals_from_record(
 def analysis_record(a: Analysis) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``a`` as JSON-able fields and named arrays; :func:`analysis_from_record` reads it."""
     arrays: dict[str, np.ndarray] = {}
-    plain = {
-        f.name: getattr(a, f.name)
-        for f in fields(a)
-        if f.name
-        not in (
-            "steps",
-            "recommendations",
-            "per_step",
-            "gaps",
-            "timeline",
-            "input_stages",
-            "findings",
-        )
-    }
+    plain = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in _STRUCTURED_FIELDS}
     for name in _TUPLE_FIELDS:
         plain[name] = list(plain[name])
     record: dict[str, Any] = {
@@ -361,20 +352,7 @@ def analysis_from_record(record: dict[str, Any], arrays: dict[str, np.ndarray]) 
     on a record of another shape)."""
     if record.get("format") != RECORD_FORMAT:
         raise ValueError(f"analysis record format {record.get('format')!r}")
-    plain = {
-        f.name: record[f.name]
-        for f in fields(Analysis)
-        if f.name
-        not in (
-            "steps",
-            "recommendations",
-            "per_step",
-            "gaps",
-            "timeline",
-            "input_stages",
-            "findings",
-        )
-    }
+    plain = {f.name: record[f.name] for f in fields(Analysis) if f.name not in _STRUCTURED_FIELDS}
     for name in _TUPLE_FIELDS:
         plain[name] = tuple(plain[name])
     recommendations = tuple(_recommendation(r) for r in record["recommendations"])

@@ -46,9 +46,11 @@ CATEGORIES = ("host", "input", "sync", "compile")
 # the longest event among its events: the events still running at a given instant lie in
 # the few blocks whose latest end is after it (on a thread, nested frames), and the longest
 # events of a stretch in the few blocks whose longest event is long enough.
-_BLOCK = 1024
+_BLOCK = 256
 # Blocks first read for a gap's longest events (those with the longest events): enough for
-# the threshold on the 89 MB benchmark capture's gaps (11-25 needed), one pass mostly.
+# the threshold on the 89 MB benchmark capture's gaps (1-28 needed), one pass mostly. (256
+# events a block read 4-6 times fewer events there than 1,024: a gap's longest events are
+# a few, spread over the blocks.)
 _FIRST_BLOCKS = 32
 # Blocks read at a time when looking for the longest frames.
 _BLOCKS_AT_ONCE = 16
@@ -73,10 +75,15 @@ def _per_block(values: np.ndarray) -> np.ndarray:
 
 
 def _latest_end_per_block(line: LineEvents) -> np.ndarray:
-    """:func:`_per_block` of the events' ends, a few hundred blocks at a time (no array of
-    every end)."""
-    step = 256 * _BLOCK
-    parts = [_per_block(line.end_at(slice(lo, lo + step))) for lo in range(0, len(line), step)]
+    """:func:`_per_block` of the events' ends, some blocks at a time into one buffer (no
+    array of every end; see ``Intervals.union_of_sorted`` on asking for memory again)."""
+    step = _BLOCK * max(1, (1 << 16) // _BLOCK)
+    buffer = np.empty(min(step, len(line)), dtype=np.int64)
+    parts = []
+    for lo in range(0, len(line), step):
+        ends = buffer[: len(line.starts[lo : lo + step])]
+        np.add(line.starts[lo : lo + step], line.durations[lo : lo + step], out=ends)
+        parts.append(_per_block(ends))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
@@ -169,8 +176,19 @@ class ThreadEvents:
             for regex in _SOUGHT:
                 table[self.matching(regex) & self.kept] |= _IS_SOUGHT
             table[~self.kept] |= _IS_ENVELOPE
-            rare = np.flatnonzero(self.line.name_mask(table))
-            bits = table[self.line.codes[rare]]
+            # A part of the thread at a time, into one buffer (see _latest_end_per_block).
+            codes, step = self.line.codes, 1 << 16
+            buffer = np.empty(min(step, len(codes)), dtype=np.uint8)
+            index = np.empty(len(buffer), dtype=np.intp)  # take() would convert codes anew
+            found = [np.empty(0, np.int64)]
+            for lo in range(0, len(codes), step):
+                chunk = codes[lo : lo + step]
+                part, at = buffer[: len(chunk)], index[: len(chunk)]
+                np.copyto(at, chunk)
+                np.take(table, at, out=part, mode="clip")  # (clip: unbuffered)
+                found.append(np.flatnonzero(part) + lo)
+            rare = np.concatenate(found)
+            bits = table[codes[rare]]
             for one in (_IS_SOUGHT, _IS_ENVELOPE):
                 self._cache[f"kind:{one}"] = rare[(bits & one) != 0]
         positions: np.ndarray = self._cache[key]

@@ -22,10 +22,12 @@ from traceinspect.errors import UsageError
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Decoding and analysing one host peaks at about this many times its file size in memory:
-# 1,170 MiB for an 85 MiB host file (frames ~3.8x, the analysis' working set the rest;
-# benchmarks/README.md, bench_pod.py).
-MEMORY_PER_FILE_BYTE = 14
+# Decoding and analysing one host peaks at about this many times its file size in memory,
+# the worker's own imports included: 310 MiB in a forked worker and 377 MiB in a Dask one
+# (130 MiB of it imports) for an 85 MiB host file, 1,382 MiB for a 509 MiB one. The peak
+# is reading (the mapped file and the decoded columns); the analysis stays below it
+# (benchmarks/README.md: bench_pod.py, bench_analyze.py).
+MEMORY_PER_FILE_BYTE = 5
 
 
 class Engine(Protocol):
