@@ -48,7 +48,7 @@ WIDTH, HEIGHT = 1200, 880
 TIMEOUT_S = 60
 
 # Runs in the page once the viewer has built its model. `tv` is the Catapult timeline view
-# inside XProf's <tf-trace-viewer>; the model counts ms from the file's first event.
+# inside XProf's <tf-trace-viewer>; the model counts ms from the file's earliest event.
 FOCUS_JS = string.Template("""(() => {
   const tv = document.querySelector('tf-trace-viewer')._traceViewer;
   const threads = [];
@@ -77,8 +77,11 @@ READY_JS = """(() => {
 })()"""
 
 
+PREFIX = "make_viewer_picture.py: "
+
+
 def fail(message: str) -> NoReturn:
-    raise SystemExit(f"make_viewer_picture.py: {message}")
+    raise SystemExit(PREFIX + message)
 
 
 def viewer_folder() -> Path:
@@ -130,7 +133,11 @@ def make_picture(qt_python: str, out: Path) -> None:
         # Chromium logs its missing GPU and D-Bus on stderr; show that only on failure.
         done = subprocess.run(render, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            fail(f"the viewer did not render: {done.stderr.strip().splitlines()[-1:]}")
+            # The renderer's own message, not Chromium's log lines around it.
+            lines = done.stderr.strip().splitlines()
+            ours = [line for line in lines if line.startswith(PREFIX)] or lines[-1:]
+            said = ours[-1].removeprefix(PREFIX) if ours else f"exit status {done.returncode}"
+            fail(f"the viewer did not render: {said}")
     said = done.stdout.strip().splitlines()[-1:]
     print(f"Wrote {out} ({out.stat().st_size / 1000:.1f} kB): {' '.join(said)}")
 
@@ -176,6 +183,10 @@ def render(static: Path, trace_json: Path, out: Path) -> None:
         later(200, lambda: page.runJavaScript(FOCUS_JS, 0, focused))
 
     def focused(selected: object) -> None:
+        if not selected:  # the script threw: no such track or step in the file
+            result["error"] = f"no steps {FIRST_STEP}-{LAST_STEP} with gaps in {trace_json}"
+            app.quit()
+            return
         result["selected"] = str(selected)
         later(1500, grab)  # the viewer redraws on the next animation frames
 
