@@ -185,6 +185,22 @@ def test_a_broken_host_file_is_reported_and_the_rest_analysed(tmp_path: Path) ->
         analyze_run(root, jobs=1)
 
 
+def test_a_host_that_cannot_be_analysed_still_counts_for_the_data_check(tmp_path: Path) -> None:
+    """Its batch digests come from its sidecar: a host whose window was refused (no
+    analysis) and that drew the same batches as another is still named."""
+    root = straggler_run(tmp_path, n_hosts=3)
+    run = next((root / "plugins" / "profile").iterdir())
+    for host, digests in (("h0", ["aa", "bb"]), ("h1", ["cc", "dd"]), ("h2", ["aa", "bb"])):
+        sidecar = {"schema_version": 1, "grain": {"first_batches": digests}}
+        (run / f"{host}.traceinspect.capture.json").write_text(json.dumps(sidecar))
+    (run / "h2.xplane.pb").write_bytes(b"garbage")
+    pod = analyze_run(root, jobs=1, use_cache=False)
+    assert pod.hosts.loc["h2", S.VERDICT] == "error"
+    (finding,) = pod.findings
+    assert finding.rule == "same_data_on_hosts"
+    assert "h0, h2 drew identical first batches" in finding.message
+
+
 def test_engines_agree(tmp_path: Path) -> None:
     root = straggler_run(tmp_path)
     serial = analyze_run(root, engine=SerialEngine())

@@ -97,6 +97,7 @@ def analyze_host(task: HostTask) -> HostResult:
             analysis=None,
             error=str(exc),
             seconds=time.perf_counter() - started,
+            first_batches=_sidecar_digests(task.location),
         )
     gaps = analysis.gaps
     if len(gaps) > KEPT_GAPS:
@@ -108,6 +109,19 @@ def analyze_host(task: HostTask) -> HostResult:
         analysis=replace(analysis, gaps=gaps, timeline=None),
         seconds=time.perf_counter() - started,
     )
+
+
+def _sidecar_digests(location: str) -> tuple[str, ...]:
+    """The batch digests in the capture sidecar of a host whose trace could not be analysed
+    (a profiler that refused the window leaves a trace with no events, the sidecar is whole)."""
+    from traceinspect.trace import read_sidecar
+
+    try:
+        sidecar = read_sidecar(locate(location))
+    except (TraceInspectError, OSError):
+        return ()
+    grain = sidecar.grain if sidecar is not None else None
+    return grain.first_batches if grain is not None else ()
 
 
 def host_files(located: Located, hosts: Sequence[str] | None = None) -> tuple[HostFile, ...]:
