@@ -67,6 +67,9 @@ class HostResult:
     #: even when the trace could not be analysed (a window the profiler refused leaves a
     #: trace without events), so the cross-host data check still sees every host.
     first_batches: tuple[str, ...] = ()
+    #: For a host that could not be analysed: the checks of its capture sidecar alone
+    #: (``findings.sidecar_findings``); an analysed host's are in its analysis.
+    findings: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -423,8 +426,19 @@ def analyze_pod(
 
 def pod_findings(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
     """Across hosts: hosts whose loops drew the same first batches read the same data, not
-    each its own slice (``same_data_on_hosts``). Every host counts, analysed or not: the
-    digests come from the capture sidecar."""
+    each its own slice (``same_data_on_hosts``; every host counts, analysed or not: the
+    digests come from the capture sidecar); then the sidecar's own findings of each host
+    that could not be analysed, named."""
+    unanalysed = tuple(
+        replace(f, message=f"{r.host} (not analysed; from its capture sidecar): {f.message}")
+        for r in results
+        if r.analysis is None
+        for f in r.findings
+    )
+    return _same_data(results) + unanalysed
+
+
+def _same_data(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
     by_digest: dict[str, list[str]] = {}
     for r in sorted(results, key=lambda r: r.host):
         for digest in set(r.batch_digests):

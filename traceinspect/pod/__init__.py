@@ -97,7 +97,7 @@ def analyze_host(task: HostTask) -> HostResult:
             analysis=None,
             error=str(exc),
             seconds=time.perf_counter() - started,
-            first_batches=_sidecar_digests(task.location),
+            **_from_sidecar(task.location),
         )
     gaps = analysis.gaps
     if len(gaps) > KEPT_GAPS:
@@ -111,17 +111,22 @@ def analyze_host(task: HostTask) -> HostResult:
     )
 
 
-def _sidecar_digests(location: str) -> tuple[str, ...]:
-    """The batch digests in the capture sidecar of a host whose trace could not be analysed
-    (a profiler that refused the window leaves a trace with no events, the sidecar is whole)."""
+def _from_sidecar(location: str) -> dict[str, Any]:
+    """For a host whose trace could not be analysed (a window the analysis refused, a trace
+    without events), what its capture sidecar still says: its batch digests, and the checks
+    of the pipeline as the script built it."""
+    from traceinspect.analysis.findings import sidecar_findings
     from traceinspect.trace import read_sidecar
 
     try:
         sidecar = read_sidecar(locate(location))
     except (TraceInspectError, OSError):
-        return ()
+        return {}
     grain = sidecar.grain if sidecar is not None else None
-    return grain.first_batches if grain is not None else ()
+    return {
+        "first_batches": grain.first_batches if grain is not None else (),
+        "findings": sidecar_findings(sidecar),
+    }
 
 
 def host_files(located: Located, hosts: Sequence[str] | None = None) -> tuple[HostFile, ...]:
