@@ -9,9 +9,9 @@ settings and worker measurements seen at run time.
 The format is declared once, here, as ``TypedDict``\\ s: the writer (``capture/_runner.py``,
 from the report of ``capture/_child/window.py``) builds those types, and :func:`parse` reads them
 into the frozen records the analysis uses (:class:`Sidecar`, :class:`Window`,
-:class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`), so
-mypy checks every key on both sides. Standard library only: the capture child (which runs
-without the package on its path) may load it by path.
+:class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`,
+:class:`GlobalArray`), so mypy checks every key on both sides. Standard library only: the
+capture child (which runs without the package on its path) may load it by path.
 
 Versioning: ``schema_version`` counts changes of meaning. Fields are only ever added within a
 version, so a reader takes what it knows and ignores the rest; a sidecar of a newer version
