@@ -209,6 +209,20 @@ def test_a_host_that_cannot_be_analysed_still_counts_for_the_data_check(tmp_path
     assert h2.message.startswith("h2 (not analysed; from its capture sidecar): Each host's")
     # The analysed hosts' own findings stay in their analyses.
     assert [f.rule for f in pod.analyses["h0"].findings] == ["batch_vs_global"]
+    # No host analysed at all: the sidecars' findings are still the pod's result.
+    for host in ("h0", "h1"):
+        (run / f"{host}.xplane.pb").write_bytes(b"garbage")
+    pod = analyze_run(root, jobs=1, use_cache=False)
+    assert pod.verdict == "error" and pod.analyses == {}
+    assert [f.rule for f in pod.findings] == ["same_data_on_hosts"] + 3 * ["batch_vs_global"]
+    out = CliRunner().invoke(main, ["analyze", str(root), "-j", "1", "--no-cache"])
+    assert out.exit_code == 0, out.output
+    assert "Findings across hosts" in out.output
+    assert "h1 (not analysed; from its capture sidecar): Each host's" in out.output
+    html = tmp_path / "pod.html"
+    out = CliRunner().invoke(main, ["analyze", str(root), "-j", "1", "--html", str(html)])
+    assert out.exit_code == 0, out.output
+    assert "<li><b>same_data_on_hosts</b> (warning)" in html.read_text()
 
 
 def test_engines_agree(tmp_path: Path) -> None:

@@ -64,8 +64,8 @@ class HostResult:
     error: str | None = None
     seconds: float = 0.0  # reading and analysing this host's file
     #: Digests of the first batches this host's loop drew, from its capture sidecar: read
-    #: even when the trace could not be analysed (a window the profiler refused leaves a
-    #: trace without events), so the cross-host data check still sees every host.
+    #: even when the trace could not be analysed (a window the analysis refused, a trace
+    #: without events), so the cross-host data check still sees every host.
     first_batches: tuple[str, ...] = ()
     #: For a host that could not be analysed: the checks of its capture sidecar alone
     #: (``findings.sidecar_findings``); an analysed host's are in its analysis.

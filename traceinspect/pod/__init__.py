@@ -186,10 +186,12 @@ def analyze_run(
         if progress is not None:
             progress(done, len(tasks), result)
     finished = tuple(r for r in results if r is not None)
-    if not any(r.ok for r in finished):
+    pod = analyze_pod(finished, path=str(located.requested), run=located.run.name)
+    if not any(r.ok for r in finished) and not pod.findings:
+        # With findings from the hosts' sidecars the pod still says something worth
+        # printing (its verdict is "error"); without, there is nothing but the errors.
         first = finished[0].error if finished else "no host files"
         raise _all_failed(located, len(finished), first)
-    pod = analyze_pod(finished, path=str(located.requested), run=located.run.name)
     return replace(pod, notes=pod.notes + notes) if notes else pod
 
 

@@ -551,10 +551,12 @@ def workers_vs_files_hint(exc: BaseException, cap: _Capture) -> str | None:
     after 2 batches (after 1 with 1 file and 2 workers); as many workers as files run
     through. The count of files per host is MaxText's, as in
     ``traceinspect.analysis.findings`` (the analysis' ``workers_vs_files``)."""
+    if not isinstance(exc, IndexError) or not _raised_in_grain(exc):
+        return None
     workers = cap._grain_setting("mp_prefetch", "num_workers")
     files = cap._grain_setting("interleave", "files")
     shards = max(1, cap._grain_setting("interleave", "file_shards") or 1)
-    if not isinstance(exc, IndexError) or not workers or not files:
+    if not workers or not files:
         return None
     per_host = max(files // shards, 1)
     if workers <= per_host:
@@ -567,6 +569,16 @@ def workers_vs_files_hint(exc: BaseException, cap: _Capture) -> str | None:
         f"refuses more workers than files per host), or split the data into at least "
         f"{workers * shards} files."
     )
+
+
+def _raised_in_grain(exc: BaseException) -> bool:
+    """Whether the exception's traceback passes through Grain's own code."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if f"{os.sep}grain{os.sep}" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def grain_method_hint(exc: BaseException) -> str | None:
