@@ -148,15 +148,19 @@ def test_every_host_loading_the_whole_global_batch(tmp_path: Path, make_pod: Mod
         assert f.fix.startswith("Batch 64 rows per host")
 
 
+@pytest.mark.parametrize(
+    "api",
+    ["jax.make_array_from_process_local_data", "multihost_utils.host_local_array_to_global_array"],
+)
 def test_per_host_batches_of_their_share_are_not_flagged(
-    tmp_path: Path, make_pod: ModuleType
+    tmp_path: Path, make_pod: ModuleType, api: str
 ) -> None:
-    """The pod as bundled: 64 rows per host, make_array_from_process_local_data."""
-    run_dir = _capture(make_pod, tmp_path, "share")
+    """The pod as bundled: 64 rows per host, made global by either API."""
+    run_dir = _capture(make_pod, tmp_path, "share", host_local=api.startswith("multihost"))
     sidecar = json.loads((run_dir / "host0.traceinspect.capture.json").read_text())
     assert sidecar["grain"]["batch_rows"] == 64
     assert sidecar["global_arrays"][0] == {
-        "api": "jax.make_array_from_process_local_data",
+        "api": api,
         "local_rows": 64,
         "global_rows": 128,
         "host_rows": 64,

@@ -61,6 +61,8 @@ class Pod:
     shard: bool = True
     #: True: every host batches the whole global batch and device_puts it.
     whole_batch_per_host: bool = False
+    #: True: the global batch is built with multihost_utils.host_local_array_to_global_array.
+    host_local: bool = False
     #: Parquet files to read (0: the in-memory records), in ``workers`` mp_prefetch workers.
     files: int = 0
     workers: int = 0
@@ -78,6 +80,7 @@ class Pod:
         ] + (
             ([] if self.shard else ["--no-shard"])
             + (["--whole-batch-per-host"] if self.whole_batch_per_host else [])
+            + (["--host-local"] if self.host_local else [])
             + ([f"--files={self.files}", f"--workers={self.workers}"] if self.files else [])
             + (["--repeat-files"] if self.repeat_files else [])
         )

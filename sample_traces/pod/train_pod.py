@@ -21,15 +21,19 @@ the all-reduce. By hand, one process per shell::
 
 ``--timing-json FILE`` writes this process's step times (no profiler involved).
 
-Two set-ups for the multi-host checks (``tests/test_sharding_checks.py``):
-``--whole-batch-per-host --no-shard`` makes every process's pipeline batch the whole global
-batch and put it on the devices with ``jax.device_put`` and the batch sharding, which keeps
-only the process's slice of it (jax checks that every process passed the same value, so
-the processes must read the same records); ``--files N --workers W`` reads the records from N
-Parquet files (each process writes the same ones to a directory of its own), sliced per
-process (``files[process_id::N]``, as MaxText does), read one file after another through
-``InterleaveIterDataset`` in W ``mp_prefetch`` workers (``--repeat-files``: the process's
-file list repeated without end under the interleave).
+Set-ups for the multi-host checks (``tests/test_pod_capture.py``):
+
+- ``--whole-batch-per-host --no-shard``: every process batches the whole global batch and
+  puts it on the devices with ``jax.device_put`` and the batch sharding, which keeps only
+  the process's slice of it (jax checks that every process passed the same value, so the
+  processes must read the same records);
+- ``--host-local``: the global batch is built with
+  ``multihost_utils.host_local_array_to_global_array``;
+- ``--files N --workers W``: the records come from N Parquet files (each process writes
+  the same ones to a directory of its own), sliced per process (``files[process_id::N]``,
+  as MaxText does), read one file after another through ``InterleaveIterDataset`` in W
+  ``mp_prefetch`` workers; ``--repeat-files`` repeats the process's file list without end
+  under the interleave.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -206,6 +211,8 @@ def train(args: argparse.Namespace) -> tuple[list[float], float, float]:
             local = next(batches)
             if args.whole_batch_per_host:
                 x = jax.device_put(local, batch_sharding)
+            elif args.host_local:
+                x = multihost_utils.host_local_array_to_global_array(local, mesh, P("data"))
             else:
                 x = jax.make_array_from_process_local_data(batch_sharding, local)
             params, loss = train_step(params, x)
@@ -250,6 +257,11 @@ def main(argv: list[str] | None = None) -> None:
         "--whole-batch-per-host",
         action="store_true",
         help="every process batches the whole global batch and device_puts it",
+    )
+    parser.add_argument(
+        "--host-local",
+        action="store_true",
+        help="build the global batch with multihost_utils.host_local_array_to_global_array",
     )
     parser.add_argument("--files", type=int, default=0, help="read N Parquet files instead")
     parser.add_argument("--workers", type=int, default=0, help="mp_prefetch workers (--files)")
