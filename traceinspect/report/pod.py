@@ -8,6 +8,7 @@ import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.analysis.straggler import PodAnalysis
+from traceinspect.report.analyze import findings_lines
 
 # Recommendations that already name their host in the message.
 
@@ -60,12 +61,9 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
             )
         if aligned > len(shown):
             out.append(f"  ... {aligned - len(shown)} more step(s) (--json lists them all)")
-    if pod.findings:
-        out.append("")
-        out.append("Findings across hosts (each analysed host's own: analyze HOST_FILE)")
-        for f in pod.findings:
-            out.append(f"  [{f.severity}] {f.rule}: {f.message}")
-            out.append(f"      fix: {f.fix}")
+    out += findings_lines(
+        pod.findings, "Findings across hosts (each analysed host's own: analyze HOST_FILE)"
+    )
     if pod.recommendations:
         out.append("")
         out.append("What to do")
