@@ -89,6 +89,30 @@ def test_cpu_bound_workers_are_capped_by_cores() -> None:
     assert rec.expected_step_ms == 12.5
 
 
+def test_workers_waiting_for_a_core_count_as_cpu_bound() -> None:
+    # Two workers on one usable core: each on the CPU 48% of its producing time and ready to
+    # run, waiting for the core, 49% (the probe's schedstat run delay).
+    side = _sidecar(2, produce_s=2.0, cpu_s=0.96, cpus=1)
+    for w in side["grain"]["workers_measured"]["workers"]:
+        w["cpu_wait_s"] = 0.49
+    measured = WorkerMeasurement.from_sidecar(_measured(side))
+    assert measured is not None
+    assert (measured.cpu_share, measured.cpu_wait_share) == (0.48, 0.49)
+    assert measured.core_share == 0.97
+    rec = _rec("input-bound", 1.0, 50.0, side)
+    assert rec.value == 1 and rec.bounded_by == "cores"  # floor(1 / 0.97)
+    assert rec.reason is not None
+    assert (
+        "CPU-bound in preprocessing (48% of their time on CPU, 49% waiting for a core)"
+        in rec.reason
+    )
+    # Read without the wait (a sidecar from before it was recorded): they seem to wait on reads.
+    for w in side["grain"]["workers_measured"]["workers"]:
+        del w["cpu_wait_s"]
+    rec = _rec("input-bound", 1.0, 50.0, side)
+    assert rec.value == 2 and rec.reason is not None and "wait on reads" in rec.reason
+
+
 def test_idle_workers_are_told_how_many_fewer_keep_up() -> None:
     # 8 workers busy 25% of the time, 20 ms per batch each, the device needs 10 ms.
     side = _sidecar(8, produce_s=8 * 0.25, cpu_s=0.4, elements=100, batches=100)

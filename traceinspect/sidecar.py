@@ -54,8 +54,10 @@ Fields (times in Unix ns):
   seen before the window opened), ``workers_measured`` (null without ``mp_prefetch`` workers:
   ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
   ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
-  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
-  ``timed_elements``), and ``observed``: every Grain construction seen, in order
+  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``cpu_wait_s`` (its threads
+  ready to run but waiting for a core, from ``/proc/self/task/*/schedstat``; null where
+  absent), ``rss_bytes``, ``timed_elements``), and ``observed``: every Grain construction
+  seen, in order
 - ``options``: the capture options used; ``notes``: anything else worth knowing
 """
 
@@ -135,6 +137,7 @@ class WorkerJSON(TypedDict):
     produce_s: float
     blocked_s: float
     cpu_s: float
+    cpu_wait_s: float | None
     rss_bytes: int | None
     timed_elements: bool
 
@@ -266,6 +269,8 @@ class WorkerCounters:
     cpu_s: float
     rss_bytes: int | None
     timed_elements: bool
+    #: Time its threads were ready to run but waited for a core (None: not recorded).
+    cpu_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -507,6 +512,7 @@ def _read_worker(value: object) -> WorkerCounters | None:
         cpu_s=cpu_s,
         rss_bytes=_read_int(w.get("rss_bytes")),
         timed_elements=w.get("timed_elements") is True,
+        cpu_wait_s=_read_float(w.get("cpu_wait_s")),
     )
 
 

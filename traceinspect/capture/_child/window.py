@@ -107,6 +107,15 @@ class _Snapshot:
     stages: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
 
 
+def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
+    """A worker's time waiting for a core over the window (None where the kernel keeps no
+    schedstat). A thread that ended takes its share with it: never below 0."""
+    first, last = begin.get("run_delay_ns"), end.get("run_delay_ns")
+    if not isinstance(first, int) or not isinstance(last, int):
+        return None
+    return round(max(0, last - first) / 1e9, 4)
+
+
 class _Steady:
     """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
 
@@ -734,6 +743,7 @@ class _Capture:
                     "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
                     "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
                     "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
+                    "cpu_wait_s": _run_delay_s(begin, end),
                     "rss_bytes": end.get("rss_bytes"),
                     "timed_elements": bool(end.get("timed")),
                 }
