@@ -69,6 +69,27 @@ def test_buffer_memory_above_half_of_ram() -> None:
     assert _run(sidecar=_side(grain, available=8 * GIB)) == ()
 
 
+def test_buffer_memory_in_a_container() -> None:
+    grain = {"worker_count": 2, "per_worker_buffer_size": 8, "bytes_per_batch": 40 * MIB}
+    side = parse(
+        {
+            "grain": grain,
+            "host": {
+                "memory_available_bytes": 1 * GIB,
+                "memory_limit_bytes": 3 * GIB // 2,
+                "memory_limit_source": "cgroup v1 /sys/fs/cgroup/memory/job/memory.limit_in_bytes",
+            },
+        }
+    )
+    (f,) = _run(sidecar=side, step_ms=40.0)
+    assert f.message == (
+        "Worker buffers hold 2 workers x 8 batches x 40 MiB = 640 MiB, 62% of the 1,024 MiB "
+        "of memory available at capture (of the 1.5 GiB your container may use): past its "
+        "limit the kernel kills a process of the container (out of memory)."
+    )
+    assert f.fix.startswith("Set MultiprocessingOptions(per_worker_buffer_size=1)")
+
+
 def test_cpu_bound_workers_beyond_the_cores() -> None:
     grain = {"worker_count": 8}
     (f,) = _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.9))

@@ -44,7 +44,11 @@ Fields (times in Unix ns):
   ``device_tracer_level_applied`` (false when this jaxlib has no such option),
   ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
 - ``host``: ``hostname``, ``cpu_count``, ``cpu_affinity``, ``cpus_available``,
-  ``memory_total_bytes``, ``memory_available_bytes``, ``platform``, ``python``
+  ``memory_total_bytes``, ``memory_available_bytes`` (when the script started: the smaller of
+  MemAvailable and what is left under the cgroup's memory limit), ``memory_limit_bytes`` and
+  ``memory_limit_source`` (that limit and the file it came from, e.g. ``cgroup v2
+  /sys/fs/cgroup/.../memory.max``; null without one below the host's memory), ``platform``,
+  ``python``
 - ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
 - ``backend`` (null when the script never imported jax): ``platform``, ``device_count``,
   ``process_count``, ``devices`` (``id``, ``platform``, ``kind``, ``process_index``)
@@ -125,6 +129,8 @@ class HostJSON(TypedDict):
     cpus_available: int | None
     memory_total_bytes: int | None
     memory_available_bytes: int | None
+    memory_limit_bytes: int | None
+    memory_limit_source: str | None
     platform: str
     python: str
 
@@ -320,6 +326,9 @@ class HostFacts:
     cpus_available: int | None
     memory_total_bytes: int | None
     memory_available_bytes: int | None
+    #: The cgroup (container) memory limit, when one below the host's memory is set.
+    memory_limit_bytes: int | None = None
+    memory_limit_source: str | None = None
 
     @property
     def cores(self) -> int | None:
@@ -526,6 +535,8 @@ def _read_host(value: object) -> HostFacts | None:
         cpus_available=_read_int(h.get("cpus_available")),
         memory_total_bytes=_read_int(h.get("memory_total_bytes")),
         memory_available_bytes=_read_int(h.get("memory_available_bytes")),
+        memory_limit_bytes=_read_int(h.get("memory_limit_bytes")),
+        memory_limit_source=_read_str(h.get("memory_limit_source")),
     )
 
 

@@ -154,13 +154,21 @@ def _buffer_memory(
     # worker is ceil(BUFFER_STEPS / workers), at least one.
     keep = max(1, math.ceil(BUFFER_STEPS / workers))
     rss_text = f" + {workers} x {_mib(rss)} worker memory" if rss else ""
+    limit = host.memory_limit_bytes
+    # A cgroup's limit (a container's) is enforced: past it the kernel kills a process.
+    where = (
+        f" (of the {limit / (1 << 30):.1f} GiB your container may use): past its limit the "
+        "kernel kills a process of the container (out of memory)."
+        if limit
+        else ": the host may swap or kill the workers."
+    )
     return [
         Finding(
             "buffer_memory",
             "warning",
             f"Worker buffers hold {workers} workers x {size} batches x {_mib(batch)} = "
             f"{_mib(buffered)}{rss_text}, {total / available:.0%} of the {_mib(available)} "
-            "of memory available at capture: the host may swap or kill the workers.",
+            f"of memory available at capture{where}",
             f"Set MultiprocessingOptions(per_worker_buffer_size={keep}): {BUFFER_STEPS} steps "
             f"of batches across the workers ({_mib(workers * keep * batch)} buffered) keep the "
             f"device fed at {step_ms:.1f} ms per step.",

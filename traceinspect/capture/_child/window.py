@@ -26,7 +26,14 @@ from ._base import (
     _warn,
     _write_json_atomic,
 )
-from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_info, _versions
+from .facts import (
+    _NOT_DISTRIBUTED,
+    _backend_info,
+    _distributed_info,
+    _host_info,
+    _memory_facts,
+    _versions,
+)
 
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
     from traceinspect.sidecar import (
@@ -202,6 +209,10 @@ class _Capture:
         self.stopped_by_us = False
         self.ended_how: str | None = None
         self.script_start_ns = time.time_ns()
+        # Before the script takes any. The report is written when the window closes, while
+        # the workers and their buffers hold memory (which the buffer_memory check would add
+        # once more), and again at exit, with whatever the script still holds then.
+        self.memory_at_start = _memory_facts()
         self.step_traceme: Any = None
         self.grain_events: list[dict[str, Any]] = []
         self.batch_bytes: int | None = None
@@ -597,7 +608,7 @@ class _Capture:
                 "device_tracer_level_applied": self.device_tracer_applied,
                 "grain_worker_profiling": self.grain_worker_profiling,
             },
-            "host": _host_info(),
+            "host": _host_info(self.memory_at_start),
             "versions": _versions(),
             "backend": _backend_info(),
             "grain": self._grain_summary(),
