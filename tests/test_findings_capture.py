@@ -3,16 +3,22 @@
 fires on a script that has the problem and stays silent on one that does not.
 
 The script is tests/capture/scripts/pipeline.py. Windows are fixed (``--skip-steps``): the
-steady-state rule needs more steps than a test can afford on a loaded 2-core machine.
+steady-state rule needs more steps than a test can afford on a loaded 2-core machine. The
+scripts are confined as a job would be: to one core (CPU affinity, as ``taskset``), or in a
+memory cgroup with a limit (as a container), which needs root and a cgroup file system the
+test can write (else the test skips).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +143,142 @@ def test_io_bound_workers_that_keep_up_on_one_core_are_silent(tmp_path: Path) ->
     assert sidecar["host"]["cpus_available"] == 1
     assert sidecar["grain"]["workers_measured"] is not None
     assert _by_rule(findings, "workers_vs_cores") == [], findings
+
+
+# -- buffer_memory ---------------------------------------------------------------------------
+
+GIB = 1 << 30
+CONTAINER_LIMIT = 2 * GIB
+
+
+class _MemoryCgroup:
+    """A memory cgroup of our own, as a container's: a limit, and a preexec_fn that puts a
+    process (and so everything it starts) into it."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path, self.version = path, version
+
+    @property
+    def limit_file(self) -> Path:
+        return self.path / ("memory.max" if self.version == 2 else "memory.limit_in_bytes")
+
+    def peak_bytes(self) -> int | None:
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        with contextlib.suppress(OSError, ValueError):
+            return int((self.path / name).read_text())
+        return None
+
+    def enter(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        """Remove it once the processes we put there have ended (Grain's workers may outlive
+        the capture by a moment); any still there after 10 s are ours: end them."""
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    for pid in (self.path / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
+                    deadline = time.monotonic() + 10
+                time.sleep(0.1)
+
+
+def _new_memory_cgroup(name: str) -> _MemoryCgroup:
+    """A child cgroup under the v1 memory hierarchy, or the v2 root where it delegates the
+    memory controller; pytest.skip (with the reason) where neither can be made."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    v2 = Path("/sys/fs/cgroup")
+    if (v1 / "memory.limit_in_bytes").is_file():
+        parent, version = v1, 1
+    elif "memory" in _read(v2 / "cgroup.subtree_control").split():
+        parent, version = v2, 2
+    else:
+        pytest.skip("no cgroup memory controller to make a limited cgroup under")
+    if os.geteuid() != 0:
+        pytest.skip("making a memory cgroup needs root")
+    try:
+        (parent / name).mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a memory cgroup under {parent}: {exc}")
+    return _MemoryCgroup(parent / name, version)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def container() -> Iterator[_MemoryCgroup]:
+    """A memory cgroup limited to CONTAINER_LIMIT, removed afterwards."""
+    cgroup = _new_memory_cgroup(f"traceinspect-test-{os.getpid()}")
+    try:
+        cgroup.limit_file.write_text(str(CONTAINER_LIMIT))
+        yield cgroup
+    finally:
+        cgroup.remove()
+
+
+def _assert_limit_recorded(sidecar: dict[str, Any], cgroup: _MemoryCgroup) -> None:
+    host = sidecar["host"]
+    assert host["memory_limit_bytes"] == CONTAINER_LIMIT
+    assert host["memory_limit_source"] == f"cgroup v{cgroup.version} {cgroup.limit_file}"
+    # Read when the script started: nearly all of the limit was left.
+    assert 0.9 * CONTAINER_LIMIT < host["memory_available_bytes"] <= CONTAINER_LIMIT
+
+
+def test_buffers_above_half_of_the_containers_memory(
+    tmp_path: Path, container: _MemoryCgroup
+) -> None:
+    # 2 workers x 8 batches of 40 MB buffered (640 MB) plus the workers' own memory (~340 MB
+    # each: Python, jax, a batch or two in flight): above half of the 2 GiB the container may
+    # use, though the run fits in it (it peaked at ~1.5 GiB). The first 24 steps drain the
+    # 16 batches buffered while step 0 compiled (traced, the host runs ahead of the device).
+    run_dir = _capture(
+        tmp_path,
+        ["--steps", "36", "--workers", "2", "--buffer", "8", "--batch-mb", "40"],
+        skip_steps=24,
+        steps=10,
+        preexec_fn=container.enter,
+    )
+    findings, sidecar = _analyze(run_dir)
+
+    (f,) = _by_rule(findings, "buffer_memory")
+    assert f.severity == "warning"
+    assert f.message.startswith(
+        "Worker buffers hold 2 workers x 8 batches x 38 MiB = 610 MiB + 2 x "
+    )
+    assert "of memory available at capture (of the 2.0 GiB your container may use)" in f.message
+    assert f.fix.startswith("Set MultiprocessingOptions(per_worker_buffer_size=1)")
+    _assert_limit_recorded(sidecar, container)
+    peak = container.peak_bytes()
+    assert peak is None or peak < CONTAINER_LIMIT
+
+
+def test_small_buffers_in_the_same_container_are_silent(
+    tmp_path: Path, container: _MemoryCgroup
+) -> None:
+    # The same pipeline buffering one batch per worker: 80 MB plus the workers' memory, well
+    # under half of the limit.
+    run_dir = _capture(
+        tmp_path,
+        ["--steps", "24", "--workers", "2", "--buffer", "1", "--batch-mb", "40"],
+        skip_steps=8,
+        steps=12,
+        preexec_fn=container.enter,
+    )
+    findings, sidecar = _analyze(run_dir)
+
+    assert _by_rule(findings, "buffer_memory") == [], findings
+    _assert_limit_recorded(sidecar, container)
+    assert sidecar["grain"]["per_worker_buffer_size"] == 1
+    assert sidecar["grain"]["workers_measured"] is not None
