@@ -222,7 +222,10 @@ def container() -> Iterator[_MemoryCgroup]:
     """A memory cgroup limited to CONTAINER_LIMIT, removed afterwards."""
     cgroup = _new_memory_cgroup(f"traceinspect-test-{os.getpid()}")
     try:
-        cgroup.limit_file.write_text(str(CONTAINER_LIMIT))
+        try:
+            cgroup.limit_file.write_text(str(CONTAINER_LIMIT))
+        except OSError as exc:
+            pytest.skip(f"cannot limit the memory of {cgroup.path}: {exc}")
         yield cgroup
     finally:
         cgroup.remove()
