@@ -95,8 +95,8 @@ def test_cpu_bound_workers_beyond_the_cores() -> None:
     (f,) = _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.9))
     assert f.rule == "workers_vs_cores" and f.severity == "warning"
     assert f.message == (
-        "8 CPU-bound workers on 4 usable cores: each wants a core 90% of the time it makes "
-        "batches, so they wait for one another and slow the training process."
+        "8 CPU-bound workers on 4 usable cores: each is on a core 90% of the time it makes "
+        "batches, so they queue for one another and slow the training process."
     )
     assert f.fix.startswith("Use at most 4 workers: more only queue for the same cores.")
     # Workers that wait on reads leave their core free; workers mostly blocked on a full
@@ -118,9 +118,9 @@ def test_workers_waiting_for_a_core_are_cpu_bound() -> None:
     (f,) = _run(sidecar=side, measured=m)
     assert f.message == (
         "2 CPU-bound workers on 1 usable core (its CPU affinity allows 1 of this machine's 2: "
-        "taskset, or a container's cpuset): each wants a core 97% (on one 48%, waiting for "
-        "one 49%) of the time it makes batches, so they wait for one another and slow the "
-        "training process."
+        "taskset, or a container's cpuset): making batches, each was on a core 48% of the time "
+        "and waited for one 49%: it computes 94% of the time it does not wait for a core, so "
+        "they queue for one another and slow the training process."
     )
     assert f.fix.startswith("Use at most 1 worker: more only queue for the same core.")
     # Without the wait, the same CPU share reads as workers waiting on reads: silent.

@@ -120,9 +120,9 @@ def test_cpu_bound_workers_beyond_the_usable_cores(tmp_path: Path) -> None:
     assert f.message.startswith("2 CPU-bound workers on 1 usable core"), f
     if (os.cpu_count() or 1) > 1:
         assert f"allows 1 of this machine's {os.cpu_count()}: taskset" in f.message, f
-    # They queue for the core: each wants it most of the time it makes batches, which it
-    # spends on it or waiting for it.
-    assert "so they wait for one another and slow the training process" in f.message, f
+    # They queue for the core: each computes most of the time it does not wait for it.
+    assert "waited for one" in f.message, f
+    assert "so they queue for one another and slow the training process" in f.message, f
     assert f.fix.startswith("Use at most 1 worker: more only queue for the same core."), f
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
 from traceinspect.sidecar import WorkersMeasured, parse
@@ -98,9 +100,10 @@ def test_workers_waiting_for_a_core_count_as_cpu_bound() -> None:
     measured = WorkerMeasurement.from_sidecar(_measured(side))
     assert measured is not None
     assert (measured.cpu_share, measured.cpu_wait_share) == (0.48, 0.49)
-    assert measured.core_share == 0.97
+    # On a core of its own: 0.48 of the 0.51 it did not wait for one.
+    assert measured.core_share == pytest.approx(0.48 / 0.51)
     rec = _rec("input-bound", 1.0, 50.0, side)
-    assert rec.value == 1 and rec.bounded_by == "cores"  # floor(1 / 0.97)
+    assert rec.value == 1 and rec.bounded_by == "cores"  # floor(1 / 0.94)
     assert rec.reason is not None
     assert (
         "CPU-bound in preprocessing (48% of their time on CPU, 49% waiting for a core)"
@@ -111,6 +114,20 @@ def test_workers_waiting_for_a_core_count_as_cpu_bound() -> None:
         del w["cpu_wait_s"]
     rec = _rec("input-bound", 1.0, 50.0, side)
     assert rec.value == 2 and rec.reason is not None and "wait on reads" in rec.reason
+
+
+def test_a_worker_that_waits_on_reads_and_for_a_core() -> None:
+    # One worker on 2 cores shared with XLA's threads: 30% of its producing time on the CPU,
+    # 40% waiting for a core, the rest waiting on reads: 50% on a core of its own, so the
+    # cores hold 4 such workers (counting the wait as CPU would allow only 2).
+    side = _sidecar(1, produce_s=1.0, cpu_s=0.3)
+    side["grain"]["workers_measured"]["workers"][0]["cpu_wait_s"] = 0.4
+    measured = WorkerMeasurement.from_sidecar(_measured(side))
+    assert measured is not None and measured.core_share == pytest.approx(0.5)
+    rec = _rec("input-bound", 5.0, 50.0, side)
+    assert rec.value == 4 and rec.bounded_by == "cores"
+    assert rec.reason is not None
+    assert "(30% of their time on CPU, 40% waiting for a core)" in rec.reason
 
 
 def test_idle_workers_are_told_how_many_fewer_keep_up() -> None:

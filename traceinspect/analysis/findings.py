@@ -204,9 +204,8 @@ def _workers_vs_cores(
                     "workers_vs_cores",
                     "warning",
                     f"{workers} CPU-bound workers on {_count(cores, 'usable core')}"
-                    f"{_affinity_note(host)}: each wants "
-                    f"a core {_core_share_text(measured)} of the time it makes batches, so "
-                    "they wait for one another and slow the training process.",
+                    f"{_affinity_note(host)}: {_core_share_text(measured)}, so they queue "
+                    "for one another and slow the training process.",
                     f"Use at most {_count(fit, 'worker')}: more only queue for the same "
                     f"{'core' if cores == 1 else 'cores'}. To make batches faster, make each "
                     "one cheaper to produce (lighter or offline preprocessing), or give the "
@@ -315,8 +314,12 @@ def _affinity_note(host: HostFacts) -> str:
 
 def _core_share_text(m: WorkerMeasurement) -> str:
     if m.cpu_wait_share < 0.005:
-        return f"{m.core_share:.0%}"
-    return f"{m.core_share:.0%} (on one {m.cpu_share:.0%}, waiting for one {m.cpu_wait_share:.0%})"
+        return f"each is on a core {m.core_share:.0%} of the time it makes batches"
+    return (
+        f"making batches, each was on a core {m.cpu_share:.0%} of the time and waited for "
+        f"one {m.cpu_wait_share:.0%}: it computes {m.core_share:.0%} of the time it does not "
+        "wait for a core"
+    )
 
 
 def _mib(n: int | float) -> str:

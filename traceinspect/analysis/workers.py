@@ -25,8 +25,9 @@ and RAM budgets):
 - ``W``: a worker's wall time to produce one batch (elements per batch included), measured;
   ``N = ceil(W * HEADROOM / D)`` whether or not the run is input-bound, so a run that keeps
   up with idle workers is told how many fewer would do, and the RAM that saves.
-- CPU share ``f``: the workers' CPU time, plus their time ready to run but waiting for a
-  core (oversubscribed cores), over their producing time. Workers that wait on reads
+- CPU share ``f``: the workers' CPU time over their producing time, less the time they were
+  ready to run but waited for a core (shared cores): the share they would have on cores of
+  their own. Workers that wait on reads
   (small ``f``) may outnumber the cores; CPU-bound ones cannot: the core cap is
   ``floor(cores / f)``. The advice differs: more workers or read threads, ArrayRecord for
   reads; cheaper or offline preprocessing, more hosts, for CPU.
@@ -83,11 +84,13 @@ class WorkerMeasurement:
 
     @property
     def core_share(self) -> float:
-        """The share of its producing time a worker wants a core: on one, or waiting for
-        one. Workers that outnumber their cores wait for them, so their CPU share alone
-        drops (two CPU-bound workers on one core: ~50% each) and they would look as if they
-        waited on reads."""
-        return min(1.0, self.cpu_share + self.cpu_wait_share)
+        """The CPU share a worker would have on a core of its own: its CPU time over its
+        producing time less the time it waited for a core. Workers that share their cores
+        (with one another, the training process, XLA's threads) wait for them, so their CPU
+        share alone drops (two CPU-bound workers on one core: 24-48%) and they would look
+        as if they waited on reads."""
+        rest = 1.0 - self.cpu_wait_share
+        return 1.0 if rest <= self.cpu_share else self.cpu_share / rest
 
     @classmethod
     def from_sidecar(cls, measured: WorkersMeasured | None) -> WorkerMeasurement | None:
