@@ -181,7 +181,7 @@ def _host_info(memory: MemoryFacts | None = None) -> HostJSON:
     if hasattr(os, "sched_getaffinity"):
         with contextlib.suppress(OSError):
             affinity = sorted(os.sched_getaffinity(0))
-    mem = memory or _memory_facts()
+    mem = memory if memory is not None else _memory_facts()
     return {
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
