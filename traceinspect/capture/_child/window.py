@@ -26,7 +26,14 @@ from ._base import (
     _warn,
     _write_json_atomic,
 )
-from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_info, _versions
+from .facts import (
+    _NOT_DISTRIBUTED,
+    _backend_info,
+    _distributed_info,
+    _host_info,
+    _memory_facts,
+    _versions,
+)
 
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
     from traceinspect.sidecar import (
@@ -109,6 +116,15 @@ class _Snapshot:
     workers: dict[str, dict[str, Any]]
     #: This process's input-pipeline stage table (where -> stage -> [self ns, calls]).
     stages: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
+
+
+def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
+    """A worker's time waiting for a core over the window (None where the kernel keeps no
+    schedstat). A thread that ended takes its share with it: never below 0."""
+    first, last = begin.get("run_delay_ns"), end.get("run_delay_ns")
+    if not isinstance(first, int) or not isinstance(last, int):
+        return None
+    return round(max(0, last - first) / 1e9, 4)
 
 
 class _Steady:
@@ -197,6 +213,10 @@ class _Capture:
         self.stopped_by_us = False
         self.ended_how: str | None = None
         self.script_start_ns = time.time_ns()
+        # Before the script takes any. The report is written when the window closes, while
+        # the workers and their buffers hold memory (which the buffer_memory check would add
+        # once more), and again at exit, with whatever the script still holds then.
+        self.memory_at_start = _memory_facts()
         self.step_traceme: Any = None
         self.grain_events: list[dict[str, Any]] = []
         self.batch_bytes: int | None = None
@@ -601,7 +621,7 @@ class _Capture:
                 "device_tracer_level_applied": self.device_tracer_applied,
                 "grain_worker_profiling": self.grain_worker_profiling,
             },
-            "host": _host_info(),
+            "host": _host_info(self.memory_at_start),
             "versions": _versions(),
             "backend": _backend_info(),
             "grain": self._grain_summary(),
@@ -751,6 +771,7 @@ class _Capture:
                     "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
                     "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
                     "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
+                    "cpu_wait_s": _run_delay_s(begin, end),
                     "rss_bytes": end.get("rss_bytes"),
                     "timed_elements": bool(end.get("timed")),
                 }
