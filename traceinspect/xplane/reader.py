@@ -109,8 +109,8 @@ def _decode_local(
                     data: Any = gz.read()
                 return _checked(name, data, decoder, progress, release=False)
             # Mapped, not read: decoded columns never point into the file, so the compiled
-            # decoder drops the pages it has decoded as it goes (RELEASE_EVERY), and the
-            # rest go when decoding ends.
+            # decoder drops the pages it has decoded as it goes (every RELEASE_EVERY bytes
+            # of events and after each plane).
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 return _checked(name, mapped, decoder, progress, release=True)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
