@@ -41,6 +41,7 @@ def _capture(
     skip_steps: int,
     steps: int,
     preexec_fn: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Path:
     """Capture pipeline.py as a user would (``traceinspect capture``, its own process, which
     ``preexec_fn`` may confine), and return the run directory."""
@@ -61,11 +62,10 @@ def _capture(
         str(PIPELINE),
         *script_args,
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         command,
         check=False,
-        env=env,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
         preexec_fn=preexec_fn,
         capture_output=True,
         text=True,
@@ -85,6 +85,35 @@ def _analyze(run_dir: Path) -> tuple[list[Finding], dict[str, Any]]:
 
 def _by_rule(findings: list[Finding], rule: str) -> list[Finding]:
     return [f for f in findings if f.rule == rule]
+
+
+# -- batch_vs_devices ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("records", "fires"), [(6, True), (8, False)])
+def test_a_batch_against_the_hosts_devices(tmp_path: Path, records: int, fires: bool) -> None:
+    # XLA's CPU client made to show 4 devices, as a host with 4 accelerators: a batch of 6
+    # records does not divide over them, one of 8 does.
+    run_dir = _capture(
+        tmp_path,
+        ["--steps", "30", "--workers", "1", "--records", str(records)],
+        skip_steps=10,
+        steps=10,
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+    )
+    findings, sidecar = _analyze(run_dir)
+
+    record = SC.parse(sidecar)
+    assert record.local_devices == 4 and record.grain is not None
+    assert record.grain.batch_size == records
+    found = _by_rule(findings, "batch_vs_devices")
+    if not fires:
+        assert found == []
+        return
+    (f,) = found
+    assert f.severity == "warning"
+    assert f.message.startswith("This host's batch of 6 does not divide over its 4 devices")
+    assert f.fix.startswith("Use a per-host batch that is a multiple of 4")
 
 
 # -- workers_vs_cores ------------------------------------------------------------------------
