@@ -13,7 +13,6 @@ import pytest
 from click.testing import CliRunner
 
 from traceinspect import sidecar as SC
-from traceinspect.analysis.workers import KNEE_TOLERANCE
 from traceinspect.capture import PhaseRun, wait_for_quiet
 from traceinspect.cli import main
 from traceinspect.errors import IsolateError, UsageError
@@ -36,8 +35,10 @@ def _evidence(**given: Any) -> Evidence:
 # --- the rule --------------------------------------------------------------------------------
 
 
-def test_the_tolerance_is_the_knee_tolerance() -> None:
-    assert TOLERANCE == KNEE_TOLERANCE == 1.10
+def test_the_tolerance_is_20_percent() -> None:
+    # Derived in traceinspect/isolate.py from the scenario family: wider than the scatter
+    # of runs with no cause (R / T up to 1.11), narrower than any cause measured (1.28).
+    assert TOLERANCE == 1.20
 
 
 def test_a_loader_slower_than_the_target_is_input_bound() -> None:
@@ -46,7 +47,7 @@ def test_a_loader_slower_than_the_target_is_input_bound() -> None:
     judged = judge(12.0, 44.0, 45.0, evidence=_evidence(workers=1, workers_cpu_share=0.1))
     assert judged.verdict == "input-bound"
     assert judged.suggested_workers == 4  # ceil(1 x 44 / 12)
-    assert judged.rule == "loader > target x 1.10: 44.00 > 13.20 ms"
+    assert judged.rule == "loader > target x 1.20: 44.00 > 14.40 ms"
     assert "about 4 should keep up" in judged.reason
     assert "wait on reads" in judged.reason
     assert "CPU-bound" not in judged.reason
@@ -74,7 +75,7 @@ def test_a_real_step_slower_than_the_target_with_a_waiting_read_is_sync_bound() 
     assert judged.verdict == "sync-bound"
     assert judged.suggested_workers is None
     assert "waited 9.00 ms per step" in judged.reason
-    assert judged.rule.startswith("loader <= target x 1.10 (5.50 <= 13.20 ms) and real >")
+    assert judged.rule.startswith("loader <= target x 1.20 (5.50 <= 14.40 ms) and real >")
 
 
 def test_a_slower_real_step_without_a_waiting_read_is_host_bound() -> None:
@@ -82,7 +83,7 @@ def test_a_slower_real_step_without_a_waiting_read_is_host_bound() -> None:
     judged = judge(12.0, 5.0, 17.0, evidence=evidence)
     assert judged.verdict == "host-bound"
     assert "4.00 ms per step in Grain next()" in judged.reason
-    assert "less than 10% of the target step" in judged.rule
+    assert "less than 20% of the target step" in judged.rule
 
 
 def test_without_evidence_the_guide_rule_alone_decides() -> None:
@@ -96,18 +97,18 @@ def test_a_pipeline_without_headroom_is_said_to_share_the_blame() -> None:
 
 
 def test_all_close_is_device_bound() -> None:
-    judged = judge(12.0, 0.3, 12.5)
+    judged = judge(12.0, 0.3, 13.5)
     assert judged.verdict == "device-bound"
-    assert "real <= target x 1.10 (12.50 <= 13.20 ms)" in judged.rule
+    assert "real <= target x 1.20 (13.50 <= 14.40 ms)" in judged.rule
 
 
 @pytest.mark.parametrize(
     ("loader", "real", "verdict"),
     [
-        (11.0, 11.0, "device-bound"),  # at the tolerance: close
-        (11.01, 11.0, "input-bound"),
-        (5.0, 11.0, "device-bound"),
-        (5.0, 11.01, "sync-bound"),
+        (12.0, 12.0, "device-bound"),  # at the tolerance: close
+        (12.01, 12.0, "input-bound"),
+        (5.0, 12.0, "device-bound"),
+        (5.0, 12.01, "sync-bound"),
     ],
 )
 def test_the_tolerance_is_the_boundary(loader: float, real: float, verdict: str) -> None:

@@ -16,23 +16,29 @@ steady-state window: once block means of the step times agree (``_child.window._
 delivers in bursts, and the mean is the throughput.
 
 The verdict (:func:`judge`), with ``T`` target, ``L`` loader and ``R`` real, and the
-tolerance ``TOLERANCE`` (10%):
+tolerance ``TOLERANCE`` (20%):
 
-- ``L > T x 1.10``: **input-bound**. The pipeline alone cannot keep up with the step.
-- else ``R > T x 1.10``: **sync-bound**. The pipeline keeps up and yet the real step is
+- ``L > T x 1.20``: **input-bound**. The pipeline alone cannot keep up with the step.
+- else ``R > T x 1.20``: **sync-bound**. The pipeline keeps up and yet the real step is
   slower than the step with free input: input and the step do not overlap, which is what a
   host-device sync each step does. The real phase times the loop's host reads of device
   values (``float(x)``, ``print(x)``, ``.block_until_ready()``, ``jax.device_get``, ...):
-  when they wait less than 10% of ``T`` per step, nothing waits on the device and the
+  when they wait less than 20% of ``T`` per step, nothing waits on the device and the
   verdict is **host-bound** instead (the training thread's own work, or the pipeline's
   competition for the cores, sets the pace).
 - else **device-bound**: the script runs at the pace of the step with free input.
 
-Why 10%: it is the tolerance the project's worker rule uses for the measured knee (the
-smallest worker count within 10% of the best step, ``analysis.workers.KNEE_TOLERANCE``), and
-it is wider than the scatter of one configuration's steady windows on the scenario family
-(``sample_traces/scenarios/family/ISOLATE.md``), while each bound scenario differs from its
-target by far more.
+Why 20%: a cause is called only when it costs more than one run's figures scatter on a
+shared machine. Measured on the scenario family before choosing (``sample_traces/scenarios/
+family/isolate_tolerance.json``, 3 sessions x 3 repeats): with no cause (records from
+memory, no read) ``R / T`` ranged 0.96-1.11 over 9 runs (the pipeline's own 0.3 ms a step on
+the cores XLA's CPU backend uses too costs ~4%), so the worker rule's knee tolerance, 10%,
+called 2 of them host-bound; with a cause ``R / T`` was 1.28-1.82 over 9 runs (a
+``float(loss)`` each step with 5 ms of input on the training thread; 1.28 with another job
+on the machine throughout) and ``L / T`` 2.6-5.4 (one worker waiting 40 ms a batch). 20%
+lies between the two, and is no finer than the target step's own accuracy (within 20% of
+the same model on synthetic data). So a loss of less than 20% to input or to a sync is not
+called.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect import sidecar as SC
-from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE
+from traceinspect.analysis.workers import WAITING_SHARE
 from traceinspect.capture import PhaseRun, log_tail, parse_command, run_phase, wait_for_quiet
 from traceinspect.errors import IsolateError, UsageError
 from traceinspect.vocabulary import Verdict
@@ -59,10 +65,9 @@ DESCRIPTIONS = {
     LOADER: "loader alone (the first Grain iterator drained, no training)",
     REAL: "real step (the script as it is)",
 }
-#: Slower than the target by more than this factor counts (see the module's docstring).
-TOLERANCE = KNEE_TOLERANCE
+#: Slower than the target by more than this factor counts (derived in the module's docstring).
+TOLERANCE = 1.20
 DEFAULT_PHASE_TIMEOUT_S = 300.0
-DEFAULT_LOGDIR = "traceinspect_isolate"
 # Fewer timed steps than this make no figure.
 MIN_TIMED = 3
 # Other processes keeping more than this share of the machine's cores busy during a phase's
@@ -147,7 +152,7 @@ class Isolation:
     real_step_ms: float
     verdict: Verdict
     reason: str
-    #: The rule that decided, with the numbers (``"L > T x 1.10: 42.85 > 17.65"``).
+    #: The rule that decided, with the numbers (``"loader > target x 1.20: 42.85 > 10.42 ms"``).
     rule: str
     tolerance: float
     #: Workers that should close an input-bound gap (mp_prefetch in use), else None.

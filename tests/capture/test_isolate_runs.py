@@ -101,5 +101,5 @@ def test_the_cli_prints_the_three_figures_and_the_rule(tmp_path: Path) -> None:
         ["real", "step"],
     ]
     assert any(line.startswith("Verdict  input-bound: ") for line in lines)
-    assert any(line.startswith("Rule     loader > target x 1.10: ") for line in lines)
+    assert any(line.startswith("Rule     loader > target x 1.20: ") for line in lines)
     assert "phase 1/3" not in out.stderr  # not a terminal: no progress

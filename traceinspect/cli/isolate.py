@@ -72,7 +72,7 @@ def isolate(
     real:   the script as it is.
     Each is timed on the host once steady (20 steps, at least 1 s; no profiler), then
     stopped; a phase that other processes kept busy runs again (--tries). Verdict, with a
-    10% tolerance: loader slower than target: input-bound (with the worker count that
+    20% tolerance: loader slower than target: input-bound (with the worker count that
     should keep up); else real slower than target: sync-bound (a host-device sync each
     step; host-bound if the loop did not wait on device values); else device-bound. The
     script must draw its batches from a Grain iterator (DatasetIterator or DataLoader) on
