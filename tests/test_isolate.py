@@ -4,6 +4,7 @@ on tiny scripts that never import jax."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any, cast
 import pytest
 from click.testing import CliRunner
 
+from traceinspect import isolate
 from traceinspect import sidecar as SC
 from traceinspect.capture import PhaseRun, wait_for_quiet
 from traceinspect.cli import main
@@ -314,3 +316,38 @@ def test_waiting_for_a_quiet_machine_is_bounded() -> None:
     assert wait_for_quiet(1e9, limit_s=5.0, sample_s=0.05) < 1.0
     waited = wait_for_quiet(-1.0, limit_s=0.3, sample_s=0.05)
     assert 0.3 <= waited < 0.3 + 0.5
+
+
+def test_a_phase_run_again_keeps_the_counted_output_as_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every phase's first try has others keeping 1.5 of 2 cores busy, its second a quiet
+    # machine: the second counts, and its output is <phase>.log.
+    tries: dict[str, int] = {}
+
+    def fake_run_phase(command: list[str], phase: str, *, log_path: Path, **_: object) -> PhaseRun:
+        tries[phase] = tries.get(phase, 0) + 1
+        Path(log_path).write_text(f"{phase} try {tries[phase]}\n", encoding="utf-8")
+        busy = 1.5 if tries[phase] == 1 else 0.05
+        walls = {"target": 10.0, "loader": 5.0, "real": 10.5}[phase] * (1.5 if busy > 1 else 1)
+        run = _run(phase, [30.0] + [walls] * 30, others=busy)
+        return dataclasses.replace(run, log_path=str(log_path))
+
+    monkeypatch.setattr(isolate, "run_phase", fake_run_phase)
+    monkeypatch.setattr(isolate, "wait_for_quiet", lambda *_a, **_k: 0.0)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n", encoding="utf-8")
+    result = isolate.run_isolate([sys.executable, str(script)], logdir=tmp_path / "logs")
+    assert (result.target_step_ms, result.loader_batch_ms, result.real_step_ms) == (
+        10.0,
+        5.0,
+        10.5,
+    )
+    assert result.verdict == "device-bound"
+    for timing in result.phases:
+        assert timing.tries == 2
+        log = tmp_path / "logs" / f"{timing.phase}.log"
+        assert timing.log_path == str(log)
+        assert log.read_text(encoding="utf-8") == f"{timing.phase} try 2\n"
+        first = tmp_path / "logs" / f"{timing.phase}-try1.log"
+        assert first.read_text(encoding="utf-8") == f"{timing.phase} try 1\n"

@@ -324,8 +324,8 @@ def run_isolate(
     A phase whose window other processes kept busy (more than ``BUSY_OTHERS`` of the
     machine's cores) runs again, up to ``tries`` times in all, each time once they leave
     the machine quiet (waiting at most ``QUIET_WAIT_S``), and the quietest run counts.
-    Each run's output goes to ``<logdir>/<phase>.log`` (``<phase>-2.log``, ... for the
-    next tries; a temporary folder, removed, when ``logdir`` is None). Raises
+    The output of the run that counts goes to ``<logdir>/<phase>.log`` (the other tries'
+    to ``<phase>-try<N>.log``; a temporary folder, removed, when ``logdir`` is None). Raises
     :class:`~traceinspect.errors.IsolateError` when a phase crashes, the script draws no
     Grain batch, or a phase times no step; ``CaptureError`` for a command that is not a
     Python script or module.
@@ -359,12 +359,11 @@ def run_isolate(
                     waited_s += wait_for_quiet(BUSY_OTHERS * cores, QUIET_WAIT_S)
                 if progress is not None:
                     progress(phase, index, len(PHASES), attempt)
-                name = phase if attempt == 1 else f"{phase}-{attempt}"
                 run = run_phase(
                     command,
                     phase,
                     timeout_s=phase_timeout_s,
-                    log_path=folder / f"{name}.log",
+                    log_path=folder / _log_name(phase, attempt),
                     steps=steps,
                     workers=workers,
                 )
@@ -375,7 +374,7 @@ def run_isolate(
                 if busy <= BUSY_OTHERS:
                     break
             assert best is not None
-            runs[phase] = best[1]
+            runs[phase] = _keep_as_phase_log(best[1], folder)
         result = summarize(
             runs, command=tuple(command), tolerance=tolerance, kept_logs=kept, tries=attempts
         )
@@ -383,6 +382,25 @@ def run_isolate(
         note = f"waited {waited_s:.0f} s in all for other processes to leave the machine quiet"
         result = dataclasses.replace(result, notes=(*result.notes, note))
     return result
+
+
+def _log_name(phase: str, attempt: int) -> str:
+    """A try's output: the first try's is ``<phase>.log``, the next ones' ``<phase>-try<N>.log``."""
+    return f"{phase}.log" if attempt == 1 else f"{phase}-try{attempt}.log"
+
+
+def _keep_as_phase_log(run: PhaseRun, folder: Path) -> PhaseRun:
+    """The run that counts keeps ``<phase>.log``: when a later try counted, its output and
+    the first try's trade names (the first becomes ``<phase>-try1.log``)."""
+    counted, main = Path(run.log_path), folder / _log_name(run.phase, 1)
+    if counted == main:
+        return run
+    try:
+        main.replace(folder / f"{run.phase}-try1.log")
+        counted.replace(main)
+    except OSError:
+        return run  # the names stay as written; the figure is the same
+    return dataclasses.replace(run, log_path=str(main))
 
 
 def _busy(timing: PhaseTiming) -> float:

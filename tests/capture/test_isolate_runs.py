@@ -64,16 +64,19 @@ def test_a_loop_whose_input_costs_nothing_is_device_bound(tmp_path: Path) -> Non
 def test_a_stuck_phase_is_stopped_at_its_time_limit_and_uses_what_it_has(
     tmp_path: Path,
 ) -> None:
-    # ~16 ms steps, then the loop hangs at step 60 (before any window): the runner stops
-    # the script 10 s after the phase's limit, and the figure is what the steps gave.
+    # ~16 ms steps, then the loop hangs at step 60 (about 1 s in, before any window): the
+    # runner stops the script 10 s after the phase's limit, and the figure is what the steps
+    # gave. The limit leaves the script 6 s to reach its hang: importing jax takes 2-5 s on a
+    # loaded 2-core machine, and a limit reached at a step boundary ends the phase there.
     command = [sys.executable, str(TRAIN), "--steps", "200", "--delay-ms", "2"]
     command += ["--hang-at", "60", "--marker", str(tmp_path / "marker")]
-    run = run_phase(command, "real", timeout_s=3.0, log_path=tmp_path / "real.log")
-    assert run.stopped and run.exit_signal == "SIGTERM" and run.elapsed_s < 3.0 + 10 + 15
+    run = run_phase(command, "real", timeout_s=6.0, log_path=tmp_path / "real.log")
+    assert run.stopped and run.exit_signal == "SIGTERM" and run.elapsed_s < 6.0 + 10 + 15
     timing = phase_timing(run)
     assert timing.how == "partial" and timing.count >= 3
+    # (A window the steady-state rule had not settled by 60% of the limit is said first.)
     assert timing.note is not None
-    assert timing.note.startswith("the script was terminated (SIGTERM) before a full window")
+    assert "the script was terminated (SIGTERM) before a full window" in timing.note
 
 
 def test_the_cli_prints_the_three_figures_and_the_rule(tmp_path: Path) -> None:
