@@ -182,3 +182,66 @@ def test_batch_vs_devices() -> None:
     assert f.rule == "batch_vs_devices" and "batch of 30 does not divide over its 4" in f.message
     assert _run(sidecar=side(32, 4)) == ()
     assert _run(sidecar=side(31, 1)) == ()
+
+
+def _global(local: int, rows: int, host: int, processes: int = 2) -> Any:
+    record = {
+        "api": "jax.device_put",
+        "local_rows": local,
+        "global_rows": rows,
+        "host_rows": host,
+        "processes": processes,
+    }
+    return parse({"global_arrays": [record]})
+
+
+def test_batch_vs_global() -> None:
+    # Each of 2 hosts draws the whole global batch of 128 and keeps its 64 rows.
+    (f,) = _run(sidecar=_global(128, 128, 64))
+    assert f.rule == "batch_vs_global" and f.severity == "warning"
+    assert f.message == (
+        "Each host's pipeline makes the whole global batch: this host's batch has 128 rows, "
+        "but of the global array of 128 rows built from it (jax.device_put, over 2 "
+        "processes) only 64 are on this host's devices. The host loads 2x the rows it "
+        "trains on; jax drops the rest."
+    )
+    assert f.fix.startswith("Batch 64 rows per host (global batch // jax.process_count()")
+    # Twice its share of a larger global batch, on 4 hosts.
+    (twice,) = _run(sidecar=_global(64, 128, 32, processes=4))
+    assert twice.message.startswith("this host's batch has 64 rows") and "loads 2x" in twice.message
+    # Its own share (make_array_from_process_local_data), or a batch every host needs
+    # whole (replicated over processes): silent.
+    assert _run(sidecar=_global(64, 128, 64)) == ()
+    assert _run(sidecar=_global(128, 128, 128)) == ()
+    assert _run(sidecar=parse({"global_arrays": []})) == ()
+
+
+def _files(workers: int, files: int | None, shards: int | None) -> Any:
+    return parse({"grain": {"worker_count": workers, "files": files, "file_shards": shards}})
+
+
+def test_workers_vs_files() -> None:
+    # 4 files split over 2 hosts, 3 workers each: one worker per host has no file.
+    (f,) = _run(sidecar=_files(3, 4, 2))
+    assert f.rule == "workers_vs_files" and f.severity == "warning"
+    assert f.message == (
+        "3 mp_prefetch workers share 2 file(s) on this host (4 files listed, 4 // 2 = 2 per "
+        "host). mp_prefetch gives worker i the interleaved files [i::workers]: 1 worker(s) "
+        "get no file, or (from a repeated list) only files other workers read too. A worker "
+        "given no file ends the pipeline with IndexError: list index out of range (Grain "
+        "0.2.18); MaxText refuses this configuration."
+    )
+    assert f.fix.startswith("Use at most 2 worker(s) (grain.MultiprocessingOptions(num_workers=2))")
+    assert "at least 6 files (3 per host)" in f.fix
+    assert _run(sidecar=_files(2, 4, 2)) == ()
+    # MaxText's count: files // hosts, at least one (5 files on 2 hosts: 2 per host).
+    assert _run(sidecar=_files(3, 5, 2)) != ()
+    (few,) = _run(sidecar=_files(2, 1, 4))
+    assert "share 1 file(s)" in few.message
+    # A list this host sliced itself (no slice seen): all of it is this host's.
+    assert _run(sidecar=_files(3, 3, 1)) == ()
+    (own,) = _run(sidecar=_files(4, 3, None))
+    assert "(3 file(s) listed)" in own.message
+    # No interleave (records read by index), or no workers: nothing to check.
+    assert _run(sidecar=_files(8, None, None)) == ()
+    assert _run(sidecar=_files(0, 1, 1)) == ()

@@ -185,6 +185,46 @@ def test_a_broken_host_file_is_reported_and_the_rest_analysed(tmp_path: Path) ->
         analyze_run(root, jobs=1)
 
 
+def test_a_host_that_cannot_be_analysed_still_counts_for_the_data_check(tmp_path: Path) -> None:
+    """Its batch digests and its sidecar's own checks come from its sidecar: a host whose
+    window was refused (no analysis) and that drew the same batches as another is still
+    named, and so is what its sidecar shows set up wrong."""
+    root = straggler_run(tmp_path, n_hosts=3)
+    run = next((root / "plugins" / "profile").iterdir())
+    whole = {"api": "jax.device_put", "local_rows": 96, "global_rows": 96, "host_rows": 32}
+    for host, digests in (("h0", ["aa", "bb"]), ("h1", ["cc", "dd"]), ("h2", ["aa", "bb"])):
+        sidecar = {
+            "schema_version": 1,
+            "grain": {"first_batches": digests},
+            "global_arrays": [{**whole, "processes": 3}],
+        }
+        (run / f"{host}.traceinspect.capture.json").write_text(json.dumps(sidecar))
+    (run / "h2.xplane.pb").write_bytes(b"garbage")
+    pod = analyze_run(root, jobs=1, use_cache=False)
+    assert pod.hosts.loc["h2", S.VERDICT] == "error"
+    same, h2 = pod.findings
+    assert same.rule == "same_data_on_hosts"
+    assert "h0, h2 drew identical first batches" in same.message
+    assert h2.rule == "batch_vs_global"
+    assert h2.message.startswith("h2 (not analysed; from its capture sidecar): Each host's")
+    # The analysed hosts' own findings stay in their analyses.
+    assert [f.rule for f in pod.analyses["h0"].findings] == ["batch_vs_global"]
+    # No host analysed at all: the sidecars' findings are still the pod's result.
+    for host in ("h0", "h1"):
+        (run / f"{host}.xplane.pb").write_bytes(b"garbage")
+    pod = analyze_run(root, jobs=1, use_cache=False)
+    assert pod.verdict == "error" and pod.analyses == {}
+    assert [f.rule for f in pod.findings] == ["same_data_on_hosts"] + 3 * ["batch_vs_global"]
+    out = CliRunner().invoke(main, ["analyze", str(root), "-j", "1", "--no-cache"])
+    assert out.exit_code == 0, out.output
+    assert "Findings across hosts" in out.output
+    assert "h1 (not analysed; from its capture sidecar): Each host's" in out.output
+    html = tmp_path / "pod.html"
+    out = CliRunner().invoke(main, ["analyze", str(root), "-j", "1", "--html", str(html)])
+    assert out.exit_code == 0, out.output
+    assert "<li><b>same_data_on_hosts</b> (warning)" in html.read_text()
+
+
 def test_engines_agree(tmp_path: Path) -> None:
     root = straggler_run(tmp_path)
     serial = analyze_run(root, engine=SerialEngine())

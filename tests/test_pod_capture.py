@@ -2,7 +2,9 @@
 
 Two processes of ``sample_traces/pod/train_pod.py`` joined by jax.distributed (gloo CPU
 collectives), each under ``traceinspect capture --run-name --host-name``; host1 sleeps 20 ms
-per batch, so host0 waits for it in the gradient all-reduce.
+per batch, so host0 waits for it in the gradient all-reduce. The sharding checks run on the
+same pod set up wrong and right: every host batching the whole global batch, and Parquet files
+read in more ``mp_prefetch`` workers than each host has files.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -100,3 +104,103 @@ def test_hosts_reading_the_same_data(tmp_path: Path, make_pod: ModuleType) -> No
     assert "host0, host1 drew identical first batches" in finding.message
     assert "ShardOptions(shard_index=jax.process_index()" in finding.fix
     assert result.to_dict()["findings"][0]["rule"] == "same_data_on_hosts"
+
+
+def _host_findings(run_dir: Path, pod_rules: Sequence[str] = ()) -> dict[str, list[Any]]:
+    """Each host's findings: its analysis's, or for a host whose trace the analysis refused
+    (a short fixed window on a loaded machine), those of its sidecar alone."""
+    pod = traceinspect.analyze_run(run_dir, jobs=1)
+    assert [f.rule for f in pod.findings if f.rule == "same_data_on_hosts"] == list(pod_rules)
+    return {
+        r.host: list(r.analysis.findings if r.analysis is not None else r.findings)
+        for r in pod.results
+    }
+
+
+def _capture(make_pod: ModuleType, tmp_path: Path, name: str, **pod: Any) -> Path:
+    run_dir: Path = make_pod.capture_pod(
+        tmp_path, name, make_pod.Pod(hosts=2, **pod), skip_steps=60, steps=8, after_steps=2,
+        timeout_s=120,
+    )  # fmt: skip
+    return run_dir
+
+
+SHARDING_RULES = ("batch_vs_devices", "batch_vs_global", "workers_vs_files")
+
+
+def _sharding_rules(found: list[Any]) -> list[str]:
+    return [f.rule for f in found if f.rule in SHARDING_RULES]
+
+
+def test_every_host_loading_the_whole_global_batch(tmp_path: Path, make_pod: ModuleType) -> None:
+    """Every host reads all records, batches the whole global batch of 128 and device_puts
+    it with the batch sharding: jax keeps 64 rows on each host."""
+    run_dir = _capture(make_pod, tmp_path, "whole", shard=False, whole_batch_per_host=True)
+    found = _host_findings(run_dir, ["same_data_on_hosts"])
+    for host in ("host0", "host1"):
+        assert _sharding_rules(found[host]) == ["batch_vs_global"], found
+        (f,) = (f for f in found[host] if f.rule == "batch_vs_global")
+        assert f.message.startswith(
+            "Each host's pipeline makes the whole global batch: this host's batch has 128 "
+            "rows, but of the global array of 128 rows built from it (jax.device_put, over 2 "
+            "processes) only 64 are on this host's devices."
+        )
+        assert f.fix.startswith("Batch 64 rows per host")
+
+
+@pytest.mark.parametrize(
+    "api",
+    ["jax.make_array_from_process_local_data", "multihost_utils.host_local_array_to_global_array"],
+)
+def test_per_host_batches_of_their_share_are_not_flagged(
+    tmp_path: Path, make_pod: ModuleType, api: str
+) -> None:
+    """The pod as bundled: 64 rows per host, made global by either API."""
+    run_dir = _capture(make_pod, tmp_path, "share", host_local=api.startswith("multihost"))
+    sidecar = json.loads((run_dir / "host0.traceinspect.capture.json").read_text())
+    assert sidecar["grain"]["batch_rows"] == 64
+    assert sidecar["global_arrays"][0] == {
+        "api": api,
+        "local_rows": 64,
+        "global_rows": 128,
+        "host_rows": 64,
+        "processes": 2,
+    }
+    found = _host_findings(run_dir)
+    assert {h: _sharding_rules(f) for h, f in found.items()} == {"host0": [], "host1": []}
+
+
+@pytest.mark.parametrize(("workers", "fires"), [(3, True), (2, False)])
+def test_workers_against_files_per_host(
+    tmp_path: Path, make_pod: ModuleType, workers: int, fires: bool
+) -> None:
+    """4 Parquet files, 2 per host (files[process_id::2], repeated under the interleave so
+    that a surplus worker reads files again instead of ending the pipeline)."""
+    run_dir = _capture(
+        make_pod, tmp_path, f"files{workers}", files=4, workers=workers, repeat_files=True
+    )
+    grain = json.loads((run_dir / "host1.traceinspect.capture.json").read_text())["grain"]
+    assert (grain["files"], grain["file_shards"], grain["worker_count"]) == (4, 2, workers)
+    found = _host_findings(run_dir)
+    expected = ["workers_vs_files"] if fires else []
+    assert {h: _sharding_rules(f) for h, f in found.items()} == {
+        "host0": expected,
+        "host1": expected,
+    }
+
+
+def test_a_worker_without_a_file_ends_the_pipeline(tmp_path: Path, make_pod: ModuleType) -> None:
+    """Not repeated, the third worker of a host with 2 files gets none: Grain stops with an
+    IndexError, and capture says why."""
+    with pytest.raises(make_pod.PodError, match="IndexError"):
+        _capture(make_pod, tmp_path, "nofile", files=4, workers=3)
+    log = (tmp_path / "logs" / "nofile" / "host0.log").read_text()
+    assert (
+        "traceinspect: 3 mp_prefetch workers share 2 file(s) on this host (4 listed under "
+        "the InterleaveIterDataset, 4 // 2 per host): a worker given no file ends Grain's "
+        "pipeline with this IndexError. Use at most 2 worker(s)"
+    ) in log
+    sidecar = json.loads(
+        (tmp_path / "plugins/profile/nofile/host0.traceinspect.capture.json").read_text()
+    )
+    assert any(n.startswith("3 mp_prefetch workers share 2 file(s)") for n in sidecar["notes"])

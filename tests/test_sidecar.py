@@ -14,7 +14,8 @@ import pytest
 from traceinspect import sidecar as SC
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
-WRITTEN = sorted(SAMPLES.rglob(SC.FILE_NAME))
+# A run of several hosts holds <host>.traceinspect.capture.json, one per host.
+WRITTEN = sorted(SAMPLES.rglob(f"*{SC.FILE_NAME}"))
 
 
 def _declared(typed: type) -> set[str]:
@@ -39,6 +40,9 @@ def _keys(data: dict[str, Any]) -> dict[type, set[str]]:
         SC.ProfilerJSON: set(data["profiler"]),
         SC.StepJSON: {k for step in data["steps"] for k in step},
     }
+    arrays = data.get("global_arrays")
+    if arrays:
+        out[SC.GlobalArrayJSON] = {k for a in arrays for k in a}
     grain = data.get("grain")
     if grain:
         out[SC.GrainJSON] = set(grain)
@@ -49,7 +53,7 @@ def _keys(data: dict[str, Any]) -> dict[type, set[str]]:
     return out
 
 
-@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.parent.relative_to(SAMPLES)))
+@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_written_keys_are_declared(path: Path) -> None:
     for typed, keys in _keys(_load(path)).items():
         assert keys <= _declared(typed), typed.__name__
@@ -64,10 +68,10 @@ def test_every_declared_key_was_written() -> None:
             seen.setdefault(typed, set()).update(keys)
     for typed, keys in seen.items():
         assert keys == _declared(typed), typed.__name__
-    assert len(seen) == 8
+    assert len(seen) == 9
 
 
-@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.parent.relative_to(SAMPLES)))
+@pytest.mark.parametrize("path", WRITTEN, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_read_back(path: Path) -> None:
     data = _load(path)
     record = SC.parse(data)
@@ -136,3 +140,22 @@ def test_damaged_fields_read_as_absent() -> None:
 def test_file_names() -> None:
     assert SC.file_name() == SC.FILE_NAME == "traceinspect.capture.json"
     assert SC.file_name("host3") == "host3.traceinspect.capture.json"
+
+
+def test_sharding_facts_read_back() -> None:
+    array = {
+        "api": "jax.device_put",
+        "local_rows": 128,
+        "global_rows": 128,
+        "host_rows": 64,
+        "processes": 2,
+    }
+    record = SC.parse(
+        {
+            "grain": {"batch_rows": 128, "files": 4, "file_shards": 2},
+            "global_arrays": [array, {**array, "host_rows": "64"}, "x"],
+        }
+    )
+    assert record is not None and record.grain is not None
+    assert (record.grain.batch_rows, record.grain.files, record.grain.file_shards) == (128, 4, 2)
+    assert record.global_arrays == (SC.GlobalArray("jax.device_put", 128, 128, 64, 2),)

@@ -9,9 +9,9 @@ settings and worker measurements seen at run time.
 The format is declared once, here, as ``TypedDict``\\ s: the writer (``capture/_runner.py``,
 from the report of ``capture/_child/window.py``) builds those types, and :func:`parse` reads them
 into the frozen records the analysis uses (:class:`Sidecar`, :class:`Window`,
-:class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`), so
-mypy checks every key on both sides. Standard library only: the capture child (which runs
-without the package on its path) may load it by path.
+:class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`,
+:class:`GlobalArray`), so mypy checks every key on both sides. Standard library only: the
+capture child (which runs without the package on its path) may load it by path.
 
 Versioning: ``schema_version`` counts changes of meaning. Fields are only ever added within a
 version, so a reader takes what it knows and ignores the rest; a sidecar of a newer version
@@ -26,6 +26,12 @@ Fields (times in Unix ns):
   ``host_name`` (the host part of the file names), ``shared_run`` (``run_name`` was given)
 - ``process_index``, ``process_count``: from jax when the script called
   ``jax.distributed.initialize`` (read when the window closed), else null
+- ``global_arrays``: the first few arrays spanning several processes that the script built
+  from an array of the batch its loop had just drawn (``jax.device_put``,
+  ``jax.make_array_from_process_local_data``,
+  ``multihost_utils.host_local_array_to_global_array``): ``api``, ``local_rows`` (the
+  batch array's leading size), ``global_rows`` (the global array's), ``host_rows`` (the
+  global array's rows on this host's devices), ``processes`` (that the array spans)
 - ``trace_files``: the ``.xplane.pb`` names in the run directory
 - ``started_unix_ns``, ``ended_unix_ns``, ``script_start_unix_ns``
 - ``exit_code`` (the script's; 128 + N when killed by signal N), ``exit_signal`` (name or null)
@@ -51,7 +57,10 @@ Fields (times in Unix ns):
 - ``grain`` (null when the script never imported grain): ``workers_override``,
   ``worker_count``, ``per_worker_buffer_size``, ``read_threads``,
   ``read_prefetch_buffer_size``, ``batch_size``, ``bytes_per_batch`` (the last setting of each
-  seen before the window opened), ``workers_measured`` (null without ``mp_prefetch`` workers:
+  seen before the window opened), ``batch_rows`` (the leading size of the first batch the loop
+  drew), ``files`` and ``file_shards`` (of the last ``InterleaveIterDataset``: the length of the
+  list it was built from, walked down to its source, and the product of the slice steps on
+  the way), ``first_batches``, ``workers_measured`` (null without ``mp_prefetch`` workers:
   ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
   ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
   ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
@@ -163,6 +172,17 @@ class StagesJSON(TypedDict):
     calls: dict[str, dict[str, int]]  # place -> stage -> calls timed
 
 
+class GlobalArrayJSON(TypedDict):
+    """An array spanning several processes that the script built from an array of the batch
+    its loop had just drawn."""
+
+    api: str
+    local_rows: int
+    global_rows: int
+    host_rows: int
+    processes: int
+
+
 class GrainJSON(TypedDict):
     workers_override: int | None
     worker_count: int | None
@@ -170,7 +190,12 @@ class GrainJSON(TypedDict):
     read_threads: int | None
     read_prefetch_buffer_size: int | None
     batch_size: int | None
+    batch_rows: int | None
     bytes_per_batch: int | None
+    #: Of the last InterleaveIterDataset: the files listed, and the product of the slice
+    #: steps applied to that list before the interleave (the share of one host).
+    files: int | None
+    file_shards: int | None
     #: Digests of the first batches the loop drew: equal on two hosts, same data.
     first_batches: list[str]
     workers_measured: WorkersMeasuredJSON | None
@@ -201,6 +226,7 @@ class ChildReportJSON(TypedDict, total=False):
     grain: GrainJSON | None
     process_index: int | None
     process_count: int | None
+    global_arrays: list[GlobalArrayJSON]
 
 
 class PhaseJSON(TypedDict):
@@ -333,6 +359,23 @@ class GrainSettings:
     measured: WorkersMeasured | None = None
     stages: StagesMeasured | None = None
     first_batches: tuple[str, ...] = ()
+    #: The leading size of the first batch the loop drew.
+    batch_rows: int | None = None
+    #: Files listed under the last InterleaveIterDataset, and the slices' shard count.
+    files: int | None = None
+    file_shards: int | None = None
+
+
+@dataclass(frozen=True)
+class GlobalArray:
+    """A global array (spanning ``processes`` processes) built from this host's batch: the
+    batch array's rows, the global array's, and those of them on this host's devices."""
+
+    api: str
+    local_rows: int
+    global_rows: int
+    host_rows: int
+    processes: int
 
 
 @dataclass(frozen=True)
@@ -373,6 +416,8 @@ class Sidecar:
     process_count: int | None = None
     #: Devices this process drives (None when the script never imported jax).
     local_devices: int | None = None
+    #: Global arrays the script built from its loop's batches (the first few).
+    global_arrays: tuple[GlobalArray, ...] = ()
 
     def traced_step_walls_ms(self) -> list[float]:
         """Host wall times of the traced steps (those with a next step), in order."""
@@ -407,7 +452,22 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
         process_index=_read_int(raw.get("process_index")),
         process_count=_read_int(raw.get("process_count")),
         local_devices=_local_devices(raw.get("backend"), _read_int(raw.get("process_index"))),
+        global_arrays=tuple(
+            a for a in map(_read_global_array, _read_list(raw.get("global_arrays"))) if a
+        ),
     )
+
+
+def _read_global_array(value: object) -> GlobalArray | None:
+    if not isinstance(value, Mapping):
+        return None
+    a = cast(GlobalArrayJSON, value)
+    api = _read_str(a.get("api"))
+    numbers = [_read_int(a.get(k)) for k in ("local_rows", "global_rows", "host_rows", "processes")]
+    local, rows, host, processes = numbers
+    if api is None or local is None or rows is None or host is None or processes is None:
+        return None
+    return GlobalArray(api, local, rows, host, processes)
 
 
 def _local_devices(backend: object, process_index: int | None) -> int | None:
@@ -469,6 +529,9 @@ def _read_grain(value: object) -> GrainSettings | None:
         measured=_read_measured(g.get("workers_measured")),
         stages=_read_stages(g.get("stages")),
         first_batches=tuple(b for b in _read_list(g.get("first_batches")) if isinstance(b, str)),
+        batch_rows=_read_int(g.get("batch_rows")),
+        files=_read_int(g.get("files")),
+        file_shards=_read_int(g.get("file_shards")),
     )
 
 

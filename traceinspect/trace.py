@@ -459,10 +459,10 @@ def load(
     info = LoadInfo(
         decoder=chosen, seconds=time.perf_counter() - t0, bytes_read=total, cached_files=cached
     )
-    return Trace(frames=frames, located=located, load_info=info, sidecar=_read_sidecar(located))
+    return Trace(frames=frames, located=located, load_info=info, sidecar=read_sidecar(located))
 
 
-def _read_sidecar(located: Located) -> Sidecar | None:
+def read_sidecar(located: Located) -> Sidecar | None:
     """The capture sidecar of the run, if any; an unreadable one is ignored (it only adds
     facts the trace lacks, such as per-step host times and Grain settings), and so is one of a
     newer schema than this traceinspect reads.

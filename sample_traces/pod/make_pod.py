@@ -59,6 +59,14 @@ class Pod:
     slow_ms: float = 0.0
     #: False: every host reads all records (the same batches on every host).
     shard: bool = True
+    #: True: every host batches the whole global batch and device_puts it.
+    whole_batch_per_host: bool = False
+    #: True: the global batch is built with multihost_utils.host_local_array_to_global_array.
+    host_local: bool = False
+    #: Parquet files to read (0: the in-memory records), in ``workers`` mp_prefetch workers.
+    files: int = 0
+    workers: int = 0
+    repeat_files: bool = False
 
     def train_args(self, process_id: int, coordinator: str, steps: int) -> list[str]:
         return [
@@ -69,7 +77,13 @@ class Pod:
             f"--slow-host={self.slow_host}",
             f"--slow-ms={self.slow_ms}",
             f"--steps={steps}",
-        ] + ([] if self.shard else ["--no-shard"])
+        ] + (
+            ([] if self.shard else ["--no-shard"])
+            + (["--whole-batch-per-host"] if self.whole_batch_per_host else [])
+            + (["--host-local"] if self.host_local else [])
+            + ([f"--files={self.files}", f"--workers={self.workers}"] if self.files else [])
+            + (["--repeat-files"] if self.repeat_files else [])
+        )
 
 
 # The bundled runs: host 2 sleeps 40 ms per batch (about twice the balanced pod's step on

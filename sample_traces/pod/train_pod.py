@@ -20,6 +20,20 @@ the all-reduce. By hand, one process per shell::
     python sample_traces/pod/train_pod.py --process-id 1 --num-processes 2 --slow-host 1
 
 ``--timing-json FILE`` writes this process's step times (no profiler involved).
+
+Set-ups for the multi-host checks (``tests/test_pod_capture.py``):
+
+- ``--whole-batch-per-host --no-shard``: every process batches the whole global batch and
+  puts it on the devices with ``jax.device_put`` and the batch sharding, which keeps only
+  the process's slice of it (jax checks that every process passed the same value, so the
+  processes must read the same records);
+- ``--host-local``: the global batch is built with
+  ``multihost_utils.host_local_array_to_global_array``;
+- ``--files N --workers W``: the records come from N Parquet files (each process writes
+  the same ones to a directory of its own), sliced per process (``files[process_id::N]``,
+  as MaxText does), read one file after another through ``InterleaveIterDataset`` in W
+  ``mp_prefetch`` workers; ``--repeat-files`` repeats the process's file list without end
+  under the interleave.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import itertools
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -89,6 +105,60 @@ def make_iterator(
     return iter(ds.to_iter_dataset(options))
 
 
+def read_file(path: str) -> Any:
+    """One Parquet file's rows (Grain opens it in the worker that reads it)."""
+    return grain.experimental.ParquetIterDataset(path)
+
+
+class Features(grain.transforms.Map):  # type: ignore[name-defined,misc]
+    """A Parquet row's feature vector."""
+
+    def map(self, row: dict[str, np.ndarray]) -> np.ndarray:
+        return row["x"]
+
+
+def write_files(files: int, rows: int) -> list[str]:
+    """``files`` Parquet files of ``rows`` rows each (the same in every process), in a
+    directory of this process's own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(tempfile.mkdtemp(prefix="train_pod_files_"))
+    paths = []
+    for i in range(files):
+        x = np.random.default_rng(i).standard_normal((rows, FEATURES), dtype=np.float32)
+        column = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), FEATURES)
+        path = out / f"part-{i:03d}.parquet"
+        pq.write_table(pa.table({"x": column}), path)
+        paths.append(str(path))
+    return paths
+
+
+def make_file_iterator(
+    process_id: int,
+    num_processes: int,
+    per_host: int,
+    files: int,
+    workers: int,
+    steps: int,
+    repeat: bool = False,
+) -> Any:
+    """This process's batches from Parquet files: its slice of the file list (repeated
+    without end with ``repeat``), each file read in turn, batched, in ``workers`` worker
+    processes."""
+    mine = len(range(process_id, files, num_processes))
+    # Enough rows in this process's files for every step, whichever worker reads them.
+    rows = (4 if repeat else steps // max(1, min(mine, workers or 1)) + 2) * per_host
+    paths = write_files(files, rows)
+    listed = grain.MapDataset.source(paths)[process_id::num_processes]
+    ds = (listed.repeat() if repeat else listed).map(read_file)
+    ds = grain.experimental.InterleaveIterDataset(ds, cycle_length=1)
+    ds = ds.map(Features()).batch(per_host, drop_remainder=True)
+    if workers:
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    return iter(ds)
+
+
 Params = dict[str, jax.Array]
 
 
@@ -126,14 +196,25 @@ def train(args: argparse.Namespace) -> tuple[list[float], float, float]:
         },
         replicated,
     )
-    batches = make_iterator(args.process_id, n, per_host, slow_ms, shard=not args.no_shard)
+    if args.files:
+        batches = make_file_iterator(
+            args.process_id, n, per_host, args.files, args.workers, args.steps, args.repeat_files
+        )
+    else:
+        rows = args.global_batch if args.whole_batch_per_host else per_host
+        batches = make_iterator(args.process_id, n, rows, slow_ms, shard=not args.no_shard)
     starts: list[float] = []
     loss = None
     for step in range(args.steps):
         starts.append(time.perf_counter())
         with jax.profiler.StepTraceAnnotation("train", step_num=step):
             local = next(batches)
-            x = jax.make_array_from_process_local_data(batch_sharding, local)
+            if args.whole_batch_per_host:
+                x = jax.device_put(local, batch_sharding)
+            elif args.host_local:
+                x = multihost_utils.host_local_array_to_global_array(local, mesh, P("data"))
+            else:
+                x = jax.make_array_from_process_local_data(batch_sharding, local)
             params, loss = train_step(params, x)
     jax.block_until_ready(params)
     end = time.perf_counter()
@@ -172,6 +253,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--no-shard", action="store_true", help="every process reads all data")
     parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument(
+        "--whole-batch-per-host",
+        action="store_true",
+        help="every process batches the whole global batch and device_puts it",
+    )
+    parser.add_argument(
+        "--host-local",
+        action="store_true",
+        help="build the global batch with multihost_utils.host_local_array_to_global_array",
+    )
+    parser.add_argument("--files", type=int, default=0, help="read N Parquet files instead")
+    parser.add_argument("--workers", type=int, default=0, help="mp_prefetch workers (--files)")
+    parser.add_argument("--repeat-files", action="store_true", help="repeat the file list")
     parser.add_argument("--warmup", type=int, default=60, help="steps left out of the timing")
     parser.add_argument("--timing-json", help="write this process's step times to this file")
     args = parser.parse_args(argv)

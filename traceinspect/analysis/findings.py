@@ -17,9 +17,15 @@ the analysis measured (the verdict, the worker-count recommendation, dispatches 
 - ``op_by_op``: the host's own work idles the device and the step is made of many jitted
   calls (or each "step" is one small jitted call), each shorter on the device than on the
   host: the device waits for dispatches;
-- ``batch_vs_devices``: the host's batch does not divide over its local devices.
+- ``batch_vs_devices``: the host's batch does not divide over its local devices;
+- ``batch_vs_global``: the host's batch has more rows than the global array built from it
+  keeps on the host's devices (see :func:`_batch_vs_global` for what is observed);
+- ``workers_vs_files``: more ``mp_prefetch`` workers than files per host under an
+  ``InterleaveIterDataset`` (MaxText's rule; see :func:`_workers_vs_files`).
 
-Across the hosts of a pod, ``analysis/straggler.py`` adds ``same_data_on_hosts``.
+Across the hosts of a pod, ``analysis/straggler.py`` adds ``same_data_on_hosts``, and for a
+host whose trace could not be analysed, the checks of its sidecar alone
+(:func:`sidecar_findings`).
 """
 
 from __future__ import annotations
@@ -89,8 +95,16 @@ def findings(
     out += _buffer_memory(sidecar, measured, step_ms)
     out += _workers_vs_cores(verdict, sidecar, measured, recommendations, step_ms)
     out += _op_by_op(fractions, dispatches, steps_one_call_each)
-    out += _batch_vs_devices(sidecar)
+    out += sidecar_findings(sidecar)
     return tuple(sorted(out, key=lambda f: f.severity != "warning"))
+
+
+def sidecar_findings(sidecar: Sidecar | None) -> tuple[Finding, ...]:
+    """The checks that need only what capture recorded of the pipeline as the script built
+    it (no trace): a pod reports them for a host whose trace could not be analysed."""
+    return tuple(
+        _batch_vs_devices(sidecar) + _batch_vs_global(sidecar) + _workers_vs_files(sidecar)
+    )
 
 
 def _sync_in_loop(verdict: str, recs: tuple[Recommendation, ...]) -> list[Finding]:
@@ -278,6 +292,114 @@ def _batch_vs_devices(sidecar: Sidecar | None) -> list[Finding]:
             "batch cannot be split evenly across them (jax refuses to shard it, or pads).",
             f"Use a per-host batch that is a multiple of {devices} (global batch = per-host "
             "batch x process count).",
+        )
+    ]
+
+
+def _batch_vs_global(sidecar: Sidecar | None) -> list[Finding]:
+    """A host that loads more rows per step than it trains on.
+
+    What capture observes: the arrays of each batch the loop draws, and the first few arrays
+    spanning several processes that the script builds from one of them, by identity (the
+    batch's NumPy array itself or a view of it) through ``jax.device_put``,
+    ``jax.make_array_from_process_local_data`` or
+    ``multihost_utils.host_local_array_to_global_array``: the batch array's rows, the
+    global array's rows, and the rows of the global array on this host's devices (its
+    sharding's addressable indices). A host needs exactly those rows; with the batch axis
+    split over every process that is global batch / process count. It fires when the host's
+    batch has more rows than that: each host's pipeline makes the whole global batch (or a
+    multiple of its share) and jax keeps only this host's slice of it.
+
+    Limits: a batch turned into new arrays before jax sees them (a copy, a dtype change,
+    ``np.stack``) is not matched and not checked. The other way round is invisible here: a
+    host that hands its whole global batch to ``make_array_from_process_local_data`` without
+    ``global_shape`` (or to ``host_local_array_to_global_array``) makes a global batch
+    process-count times larger, and every host's rows are still its own share; the sizes
+    alone cannot tell that from a larger global batch on purpose. A batch replicated over
+    processes on purpose (model parallelism across hosts) keeps every row on every host and
+    correctly does not fire.
+    """
+    arrays = sidecar.global_arrays if sidecar is not None else ()
+    a = next((a for a in arrays if a.local_rows > a.host_rows), None)
+    if a is None:
+        return []
+    ratio = a.local_rows / a.host_rows if a.host_rows else math.inf
+    what = (
+        "Each host's pipeline makes the whole global batch: "
+        if a.local_rows == a.global_rows
+        else ""
+    )
+    return [
+        Finding(
+            "batch_vs_global",
+            "warning",
+            f"{what}this host's batch has {a.local_rows} rows, but of the global array of "
+            f"{a.global_rows} rows built from it ({a.api}, over {a.processes} processes) "
+            f"only {a.host_rows} are on this host's devices. The host loads {ratio:.3g}x "
+            "the rows it trains on; jax drops the rest.",
+            f"Batch {a.host_rows} rows per host (global batch // jax.process_count() when "
+            "the batch is split over every process), read only this host's slice "
+            "(grain.sharding.ShardOptions(shard_index=jax.process_index(), shard_count="
+            "jax.process_count()), or ds[jax.process_index()::jax.process_count()]), and "
+            "build the global array with jax.make_array_from_process_local_data(sharding, "
+            "local_batch).",
+        )
+    ]
+
+
+def _workers_vs_files(sidecar: Sidecar | None) -> list[Finding]:
+    """More ``mp_prefetch`` workers than files per host, for pipelines that read files one
+    after another (Parquet, TFRecord) through an ``InterleaveIterDataset``.
+
+    MaxText's rule (``get_datasets`` in its ``grain_data_processing.py``, Parquet and
+    TFRecord): files per host = files // host count, at least 1 (fewer files than hosts:
+    hosts share a file and split its rows), and it refuses ``grain_worker_count`` above
+    that. The reason is Grain's: ``mp_prefetch`` gives worker ``i`` the interleave's datasets
+    ``[i::workers]``, one per file, so surplus workers get no file; measured with Grain
+    0.2.18, such a worker ends the pipeline with ``IndexError: list index out of range``
+    after the first batch or two (capture then says why: ``workers_vs_files_hint`` in the
+    capture child). So this finding shows on a trace only when the script got that far:
+    a list repeated under the interleave (every worker then gets files, read by several
+    workers at once) or a Grain that tolerates an idle worker.
+
+    What capture observes: the length of the list the last ``InterleaveIterDataset`` was
+    built from (walked down through the ``MapDataset``\\ s on it to its source: the files
+    listed) and the product of the steps of the slices applied to it on the way (the host
+    count, for MaxText's ``[host_index::host_count]``); a list the script sliced per host
+    itself is this host's files already. Workers: the last ``mp_prefetch`` seen.
+
+    Limits: sources read by record (``ArrayRecordDataSource``, any ``MapDataset`` source)
+    are not checked: ``mp_prefetch`` slices their records, so every worker reads from every
+    file (MaxText does not check them either). A list repeated before the workers' slice
+    (``.repeat()`` under the interleave) gives every worker files again; MaxText counts the
+    files without the repeats, and so does this rule. A host that shards rows after the
+    interleave reads every file, and its files per host are all of them.
+    """
+    grain = sidecar.grain if sidecar is not None else None
+    if grain is None or not grain.worker_count or not grain.files:
+        return []
+    workers, files, shards = grain.worker_count, grain.files, max(1, grain.file_shards or 1)
+    per_host = max(files // shards, 1)
+    if workers <= per_host:
+        return []
+    share = (
+        f"{files} files listed, {files} // {shards} = {per_host} per host"
+        if shards > 1
+        else f"{files} file(s) listed"
+    )
+    return [
+        Finding(
+            "workers_vs_files",
+            "warning",
+            f"{workers} mp_prefetch workers share {per_host} file(s) on this host ({share}). "
+            "mp_prefetch gives worker i the interleaved files [i::workers]: "
+            f"{workers - per_host} worker(s) get no file, or (from a repeated list) only "
+            "files other workers read too. A worker given no file ends the pipeline with "
+            "IndexError: list index out of range (Grain 0.2.18); MaxText refuses this "
+            "configuration.",
+            f"Use at most {per_host} worker(s) (grain.MultiprocessingOptions(num_workers="
+            f"{per_host})), or split the data into at least {workers * shards} files "
+            f"({workers} per host).",
         )
     ]
 

@@ -63,10 +63,24 @@ class HostResult:
     analysis: Analysis | None
     error: str | None = None
     seconds: float = 0.0  # reading and analysing this host's file
+    #: Digests of the first batches this host's loop drew, from its capture sidecar: read
+    #: even when the trace could not be analysed (a window the analysis refused, a trace
+    #: without events), so the cross-host data check still sees every host.
+    first_batches: tuple[str, ...] = ()
+    #: For a host that could not be analysed: the checks of its capture sidecar alone
+    #: (``findings.sidecar_findings``); an analysed host's are in its analysis.
+    findings: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.analysis is not None
+
+    @property
+    def batch_digests(self) -> tuple[str, ...]:
+        """The host's batch digests: its analysis's, else those read from its sidecar."""
+        if self.analysis is not None and self.analysis.first_batches:
+            return self.analysis.first_batches
+        return self.first_batches
 
 
 @dataclass(frozen=True)
@@ -406,17 +420,29 @@ def analyze_pod(
         summary=summary,
         recommendations=recs,
         notes=tuple(notes),
-        findings=pod_findings(analyses),
+        findings=pod_findings(results),
     )
 
 
-def pod_findings(analyses: dict[str, Analysis]) -> tuple[Finding, ...]:
+def pod_findings(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
     """Across hosts: hosts whose loops drew the same first batches read the same data, not
-    each its own slice (``same_data_on_hosts``)."""
+    each its own slice (``same_data_on_hosts``; every host counts, analysed or not: the
+    digests come from the capture sidecar); then the sidecar's own findings of each host
+    that could not be analysed, named."""
+    unanalysed = tuple(
+        replace(f, message=f"{r.host} (not analysed; from its capture sidecar): {f.message}")
+        for r in results
+        if r.analysis is None
+        for f in r.findings
+    )
+    return _same_data(results) + unanalysed
+
+
+def _same_data(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
     by_digest: dict[str, list[str]] = {}
-    for host, a in sorted(analyses.items()):
-        for digest in set(a.first_batches):
-            by_digest.setdefault(digest, []).append(host)
+    for r in sorted(results, key=lambda r: r.host):
+        for digest in set(r.batch_digests):
+            by_digest.setdefault(digest, []).append(r.host)
     groups = sorted({tuple(h) for h in by_digest.values() if len(h) > 1})
     if not groups:
         return ()

@@ -97,6 +97,7 @@ def analyze_host(task: HostTask) -> HostResult:
             analysis=None,
             error=str(exc),
             seconds=time.perf_counter() - started,
+            **_from_sidecar(task.location),
         )
     gaps = analysis.gaps
     if len(gaps) > KEPT_GAPS:
@@ -108,6 +109,24 @@ def analyze_host(task: HostTask) -> HostResult:
         analysis=replace(analysis, gaps=gaps, timeline=None),
         seconds=time.perf_counter() - started,
     )
+
+
+def _from_sidecar(location: str) -> dict[str, Any]:
+    """For a host whose trace could not be analysed (a window the analysis refused, a trace
+    without events), what its capture sidecar still says: its batch digests, and the checks
+    of the pipeline as the script built it."""
+    from traceinspect.analysis.findings import sidecar_findings
+    from traceinspect.trace import read_sidecar
+
+    try:
+        sidecar = read_sidecar(locate(location))
+    except (TraceInspectError, OSError):
+        return {}
+    grain = sidecar.grain if sidecar is not None else None
+    return {
+        "first_batches": grain.first_batches if grain is not None else (),
+        "findings": sidecar_findings(sidecar),
+    }
 
 
 def host_files(located: Located, hosts: Sequence[str] | None = None) -> tuple[HostFile, ...]:
@@ -167,10 +186,12 @@ def analyze_run(
         if progress is not None:
             progress(done, len(tasks), result)
     finished = tuple(r for r in results if r is not None)
-    if not any(r.ok for r in finished):
+    pod = analyze_pod(finished, path=str(located.requested), run=located.run.name)
+    if not any(r.ok for r in finished) and not pod.findings:
+        # With findings from the hosts' sidecars the pod still says something worth
+        # printing (its verdict is "error"); without, there is nothing but the errors.
         first = finished[0].error if finished else "no host files"
         raise _all_failed(located, len(finished), first)
-    pod = analyze_pod(finished, path=str(located.requested), run=located.run.name)
     return replace(pod, notes=pod.notes + notes) if notes else pod
 
 

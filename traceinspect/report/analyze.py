@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from traceinspect import schema as S
 from traceinspect.analysis.input_stages import InputStages
-from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result import Analysis, Finding
 from traceinspect.vocabulary import CAUSES, STAGES, band
+
+
+def findings_lines(findings: tuple[Finding, ...], title: str = "Findings") -> list[str]:
+    """A findings section (a blank line, the title, each finding and its fix), or nothing."""
+    if not findings:
+        return []
+    out = ["", title]
+    for f in findings:
+        out.append(f"  [{f.severity}] {f.rule}: {f.message}")
+        out.append(f"      fix: {f.fix}")
+    return out
 
 
 def _stages_line(st: InputStages) -> str:
@@ -67,12 +78,7 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
             )
             for line in g.evidence:
                 out.append(f"      {line}")
-    if a.findings:
-        out.append("")
-        out.append("Findings")
-        for f in a.findings:
-            out.append(f"  [{f.severity}] {f.rule}: {f.message}")
-            out.append(f"      fix: {f.fix}")
+    out += findings_lines(a.findings)
     if a.recommendations:
         out.append("")
         out.append("What to do")

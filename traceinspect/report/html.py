@@ -8,14 +8,14 @@ analysis is escaped (event names are user code and may hold ``<``, ``&`` or quot
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result import Analysis, Finding
 from traceinspect.analysis.straggler import PodAnalysis
 from traceinspect.report.input_plots import STAGE_COLORS
 from traceinspect.report.plots import (
@@ -93,18 +93,18 @@ def _numbers(a: Analysis) -> str:
         f"<table>{head}</table>"
         "<h2>Idle time by cause</h2>"
         "<table><tr><th>cause</th><th>idle ms (all steps)</th><th>of step time</th>"
-        f"<th></th></tr>{causes}</table>" + _stages_table(a) + _findings_list(a)
+        f"<th></th></tr>{causes}</table>" + _stages_table(a) + _findings_list(a.findings)
     )
 
 
-def _findings_list(a: Analysis) -> str:
+def _findings_list(findings: Sequence[Finding]) -> str:
     """What is set up wrong, when anything is."""
-    if not a.findings:
+    if not findings:
         return ""
     items = "".join(
         f"<li><b>{escape(f.rule)}</b> ({escape(f.severity)}): {escape(f.message)}"
         f"<br><i>Fix:</i> {escape(f.fix)}</li>"
-        for f in a.findings
+        for f in findings
     )
     return f"<h2>Findings</h2><ul>{items}</ul>"
 
@@ -254,6 +254,7 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
         f"{notes}"
         f"<h2>What to do</h2><ul>{recs or '<li>Nothing to change.</li>'}</ul>"
         f"<h2>Hosts (per step, median)</h2>{table}"
+        f"{_findings_list(pod.findings)}"
         f"<h2>Plots</h2>{_figures(figures, captions)}"
         "</body></html>\n"
     )

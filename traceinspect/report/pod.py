@@ -8,6 +8,7 @@ import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.analysis.straggler import PodAnalysis
+from traceinspect.report.analyze import findings_lines
 
 # Recommendations that already name their host in the message.
 
@@ -60,6 +61,9 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
             )
         if aligned > len(shown):
             out.append(f"  ... {aligned - len(shown)} more step(s) (--json lists them all)")
+    out += findings_lines(
+        pod.findings, "Findings across hosts (each analysed host's own: analyze HOST_FILE)"
+    )
     if pod.recommendations:
         out.append("")
         out.append("What to do")

@@ -1,5 +1,6 @@
-"""What capture changes in jax: StepTraceAnnotation and jit calls report steps, and host reads
-of device values are annotated inside the window."""
+"""What capture changes in jax: StepTraceAnnotation and jit calls report steps, host reads
+of device values are annotated inside the window, and the global arrays the script builds
+from the loop's batches are described (their rows, and the rows on this host's devices)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._base import ANN_HOST_READ, SOURCE_ANNOTATION, SOURCE_JIT
 from .hooks import _wrap_method
 from .window import _TRACING, _Capture
+
+if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
+    from traceinspect.sidecar import GlobalArrayJSON
 
 
 def _patch_jax(cap: _Capture, jax: Any) -> None:
@@ -74,6 +78,79 @@ def _patch_jax(cap: _Capture, jax: Any) -> None:
             array_impl._value = property(_host_read(cap, value.fget, kind="_value"))
     real_device_get = jax.device_get
     jax.device_get = _host_read(cap, real_device_get, kind="device_get")
+    # The ways a training loop turns each host's batch into one global array.
+    jax.device_put = _global_array(cap, jax.device_put, "jax.device_put", "x")
+    jax.make_array_from_process_local_data = _global_array(
+        cap,
+        jax.make_array_from_process_local_data,
+        "jax.make_array_from_process_local_data",
+        "local_data",
+        position=1,
+    )
+
+
+def _patch_multihost_utils(cap: _Capture, module: Any) -> None:
+    name = "host_local_array_to_global_array"
+    api = f"multihost_utils.{name}"
+    setattr(module, name, _global_array(cap, getattr(module, name), api, "local_inputs"))
+
+
+def _global_array(
+    cap: _Capture, orig: Callable[..., Any], api: str, keyword: str, position: int = 0
+) -> Callable[..., Any]:
+    """``orig`` (a jax function that makes arrays from host data), describing what it made
+    from the arrays of the loop's last batch while the report wants more such records."""
+
+    @functools.wraps(orig)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out = orig(*args, **kwargs)
+        if cap.batch_leaf_ids and cap.wants_global_arrays() and cap.active():
+            data = args[position] if len(args) > position else kwargs.get(keyword)
+            with contextlib.suppress(Exception):
+                record = _describe_global_array(api, data, out, cap.batch_leaf_ids)
+                if record is not None:
+                    cap.global_arrays.append(record)
+        return out
+
+    return wrapper
+
+
+def _describe_global_array(
+    api: str, data: Any, out: Any, batch_ids: frozenset[int]
+) -> GlobalArrayJSON | None:
+    """The first array of ``out`` made from an array of the last batch (itself, or a NumPy
+    view of it) when it spans processes: its rows, those this host handed over, and those on
+    this host's devices. None for anything else (parameters, arrays local to this host)."""
+    tree_util = sys.modules["jax.tree_util"]
+    leaves_in = tree_util.tree_leaves(data)
+    leaves_out = tree_util.tree_leaves(out)
+    if len(leaves_in) != len(leaves_out):
+        return None
+    for leaf, array in zip(leaves_in, leaves_out, strict=True):
+        base = getattr(leaf, "base", None)
+        if id(leaf) not in batch_ids and (base is None or id(base) not in batch_ids):
+            continue
+        sharding = getattr(array, "sharding", None)
+        shape = tuple(getattr(array, "shape", ()))
+        if sharding is None or sharding.is_fully_addressable or not shape or not leaf.shape:
+            return None
+        rows = shape[0]
+        spans = sorted(
+            index[0].indices(rows)[:2]
+            for index in sharding.addressable_devices_indices_map(shape).values()
+        )
+        host_rows, end = 0, 0
+        for start, stop in spans:  # the union of this host's row ranges
+            host_rows += max(0, stop - max(start, end))
+            end = max(end, stop)
+        return {
+            "api": api,
+            "local_rows": int(leaf.shape[0]),
+            "global_rows": int(rows),
+            "host_rows": host_rows,
+            "processes": len({d.process_index for d in sharding.device_set}),
+        }
+    return None
 
 
 def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callable[..., Any]:

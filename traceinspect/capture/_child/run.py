@@ -16,9 +16,9 @@ import types
 from typing import Any
 
 from ._base import SOURCE_TIME, _StopAfter, _Terminated, _warn
-from .grain_patches import _patch_grain, grain_method_hint
+from .grain_patches import _patch_grain, grain_method_hint, workers_vs_files_hint
 from .hooks import _PostImportFinder
-from .jax_patches import _patch_jax
+from .jax_patches import _patch_jax, _patch_multihost_utils
 from .window import _Capture
 
 
@@ -45,6 +45,7 @@ def _run(config: dict[str, Any]) -> None:
         {
             "jax": lambda m: _patch_jax(cap, m),
             "grain": lambda m: _patch_grain(cap, m),
+            "jax.experimental.multihost_utils": lambda m: _patch_multihost_utils(cap, m),
         }
     )
     terminated = threading.Event()
@@ -99,7 +100,7 @@ def _run(config: dict[str, Any]) -> None:
         _report_uncaught(exc)
         sys.exit(128 + signal.SIGINT)
     except BaseException as exc:
-        hint = grain_method_hint(exc)
+        hint = grain_method_hint(exc) or workers_vs_files_hint(exc, cap)
         if hint is not None:
             cap.notes.append(hint)
         cap.finish(f"raised {type(exc).__name__}")

@@ -40,6 +40,7 @@ from .facts import (
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
     from traceinspect.sidecar import (
         ChildReportJSON,
+        GlobalArrayJSON,
         GrainJSON,
         PhaseReportJSON,
         StagesJSON,
@@ -66,6 +67,9 @@ def host_file_name(name: str, host: str) -> str:
 # Bounded so that a million-step run does not grow the report without limit.
 _MAX_STEPS_KEPT = 10_000
 _MAX_GRAIN_EVENTS = 200
+#: Global arrays built from the loop's batches that the report describes: the loop builds
+#: the same one every step, so the first few say how.
+GLOBAL_ARRAYS_KEPT = 4
 
 _WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
 # The status file for the parent's progress line: rewritten at most this often.
@@ -212,6 +216,12 @@ class _Capture:
         self.batch_bytes: int | None = None
         #: Digests of the first batches the loop drew (grain_patches.FINGERPRINTED_BATCHES).
         self.first_batches: list[str] = []
+        #: The leading size of the first batch the loop drew (its first NumPy array's).
+        self.batch_rows: int | None = None
+        #: ids of the NumPy arrays of the last batch the loop drew, while global arrays are
+        #: still wanted: jax_patches matches the arrays the script hands to jax against them.
+        self.batch_leaf_ids: frozenset[int] = frozenset()
+        self.global_arrays: list[GlobalArrayJSON] = []
         self.device_tracer_applied: bool | None = None
         self.grain_worker_profiling: bool | None = None
         self.distributed: dict[str, int] | None = None
@@ -242,6 +252,9 @@ class _Capture:
     def active(self) -> bool:
         """Hooks do nothing in forked children and outside the main thread."""
         return os.getpid() == self.pid and threading.current_thread() is self.main_thread
+
+    def wants_global_arrays(self) -> bool:
+        return len(self.global_arrays) < GLOBAL_ARRAYS_KEPT
 
     def tracing(self) -> bool:
         return self.phase == _TRACING and os.getpid() == self.pid
@@ -661,6 +674,7 @@ class _Capture:
             "grain": self._grain_summary(),
             "process_index": distributed["process_index"],
             "process_count": distributed["process_count"],
+            "global_arrays": self.global_arrays,
         }
         if self.timing is not None:
             cast("PhaseReportJSON", report)["phase"] = {
@@ -723,7 +737,10 @@ class _Capture:
             "read_threads": read_threads,
             "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
             "batch_size": last("batch", "batch_size"),
+            "batch_rows": self.batch_rows,
             "bytes_per_batch": self.batch_bytes,
+            "files": last("interleave", "files"),
+            "file_shards": last("interleave", "file_shards"),
             "first_batches": self.first_batches,
             "workers_measured": self._workers_measured(),
             "stages": self._stages_measured(),
