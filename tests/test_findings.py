@@ -69,15 +69,62 @@ def test_buffer_memory_above_half_of_ram() -> None:
     assert _run(sidecar=_side(grain, available=8 * GIB)) == ()
 
 
+def test_buffer_memory_in_a_container() -> None:
+    grain = {"worker_count": 2, "per_worker_buffer_size": 8, "bytes_per_batch": 40 * MIB}
+    side = parse(
+        {
+            "grain": grain,
+            "host": {
+                "memory_available_bytes": 1 * GIB,
+                "memory_limit_bytes": 3 * GIB // 2,
+                "memory_limit_source": "cgroup v1 /sys/fs/cgroup/memory/job/memory.limit_in_bytes",
+            },
+        }
+    )
+    (f,) = _run(sidecar=side, step_ms=40.0)
+    assert f.message == (
+        "Worker buffers hold 2 workers x 8 batches x 40 MiB = 640 MiB, 62% of the 1,024 MiB "
+        "of memory available at capture (of the 1.5 GiB your container may use): past its "
+        "limit the kernel kills a process of the container (out of memory)."
+    )
+    assert f.fix.startswith("Set MultiprocessingOptions(per_worker_buffer_size=1)")
+
+
 def test_cpu_bound_workers_beyond_the_cores() -> None:
     grain = {"worker_count": 8}
     (f,) = _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.9))
     assert f.rule == "workers_vs_cores" and f.severity == "warning"
-    assert f.fix.startswith("Use at most 4 workers")
+    assert f.message == (
+        "8 CPU-bound workers on 4 usable cores: each is on a core 90% of the time it makes "
+        "batches, so they queue for one another and slow the training process."
+    )
+    assert f.fix.startswith("Use at most 4 workers: more only queue for the same cores.")
     # Workers that wait on reads leave their core free; workers mostly blocked on a full
     # buffer say nothing about their CPU share.
     assert _run(sidecar=_side(grain, cores=4), measured=_measured(0.3, 0.9)) == ()
     assert _run(sidecar=_side(grain, cores=4), measured=_measured(0.9, 0.2)) == ()
+
+
+def test_workers_waiting_for_a_core_are_cpu_bound() -> None:
+    # Two CPU-bound workers on the one core taskset left: each is on the CPU only half the
+    # time it works, and waits for the core the other half.
+    side = parse(
+        {
+            "grain": {"worker_count": 2},
+            "host": {"cpu_count": 2, "cpus_available": 1},
+        }
+    )
+    m = WorkerMeasurement(2, 80.0, 0.48, 0.99, None, cpu_wait_share=0.49)
+    (f,) = _run(sidecar=side, measured=m)
+    assert f.message == (
+        "2 CPU-bound workers on 1 usable core (its CPU affinity allows 1 of this machine's 2: "
+        "taskset, or a container's cpuset): making batches, each was on a core 48% of the time "
+        "and waited for one 49%: it computes 94% of the time it does not wait for a core, so "
+        "they queue for one another and slow the training process."
+    )
+    assert f.fix.startswith("Use at most 1 worker: more only queue for the same core.")
+    # Without the wait, the same CPU share reads as workers waiting on reads: silent.
+    assert _run(sidecar=side, measured=WorkerMeasurement(2, 80.0, 0.48, 0.99, None)) == ()
 
 
 def test_full_cores_only_matter_when_input_bound() -> None:
@@ -85,7 +132,11 @@ def test_full_cores_only_matter_when_input_bound() -> None:
     m = WorkerMeasurement(2, 10.0, 0.4, 0.9, None, host_cpu_ms_per_step=19.0)
     # 19 ms of CPU per step on 2 cores: 9.5 ms at best, within 10% of the 10 ms step.
     (f,) = _run(verdict="input-bound", sidecar=_side(grain, cores=2), measured=m)
-    assert f.rule == "workers_vs_cores" and "core(s) are full" in f.message
+    assert f.rule == "workers_vs_cores"
+    assert f.message == (
+        "The 2 cores the process may use are full: the training process and 2 workers use "
+        "19.0 ms of CPU per step, so a step takes at least 9.5 ms; steps took 10.0 ms."
+    )
     assert _run(verdict="device-bound", sidecar=_side(grain, cores=2), measured=m) == ()
     light = WorkerMeasurement(2, 10.0, 0.4, 0.9, None, host_cpu_ms_per_step=16.0)
     assert _run(verdict="input-bound", sidecar=_side(grain, cores=2), measured=light) == ()

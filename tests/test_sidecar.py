@@ -59,15 +59,28 @@ def test_written_keys_are_declared(path: Path) -> None:
         assert keys <= _declared(typed), typed.__name__
 
 
+#: Fields newer than every bundled capture, each checked in a real capture by the test named.
+NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
+    # tests/test_findings_capture.py::test_cpu_bound_workers_beyond_the_usable_cores
+    SC.WorkerJSON: {"cpu_wait_s"},
+    # tests/test_findings_capture.py::test_buffers_above_half_of_the_containers_memory
+    SC.HostJSON: {"memory_limit_bytes", "memory_limit_source"},
+}
+
+
 def test_every_declared_key_was_written() -> None:
     """Older sidecars lack fields added since (fields are only added within a version), but
-    together the bundled ones hold every declared key: nothing is declared and never written."""
+    together the bundled ones hold every declared key (or one newer than them all, which a
+    real capture test checks): nothing is declared and never written."""
     seen: dict[type, set[str]] = {}
     for path in WRITTEN:
         for typed, keys in _keys(_load(path)).items():
             seen.setdefault(typed, set()).update(keys)
     for typed, keys in seen.items():
-        assert keys == _declared(typed), typed.__name__
+        newer = NEWER_THAN_THE_BUNDLED.get(typed, set())
+        # A bundled capture that has one: drop it from NEWER_THAN_THE_BUNDLED.
+        assert not keys & newer, typed.__name__
+        assert keys == _declared(typed) - newer, typed.__name__
     assert len(seen) == 9
 
 

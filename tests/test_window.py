@@ -83,10 +83,13 @@ def test_a_constant_pace_with_noise_is_steady(step: float, jitter: list[float]) 
         assert max(means) / min(means) <= STEADY_TOLERANCE
 
 
-def _probe(t_s: float, elements: int, produce_s: float, cpu_s: float) -> dict[str, object]:
+def _probe(
+    t_s: float, elements: int, produce_s: float, cpu_s: float, run_delay_s: float | None = None
+) -> dict[str, object]:
     """A worker probe's counters as it writes them (times in ns)."""
     ns = 1_000_000_000
     return {
+        "run_delay_ns": None if run_delay_s is None else round(run_delay_s * ns),
         "index": 0,
         "pid": 7,
         "t_ns": round(t_s * ns),
@@ -103,9 +106,11 @@ def test_workers_are_measured_between_the_windows_two_snapshots() -> None:
     cap = _Capture({"max_wait_s": 120, "window_max_s": 60})
     cap.batches_in_window = 12
     # Worker counters on the worker's own clock; this process's on its own.
-    cap.at_open = _Snapshot(wall_ns=10**9, cpu_ns=5 * 10**8, workers={"w": _probe(1, 3, 0.5, 0.2)})
+    cap.at_open = _Snapshot(
+        wall_ns=10**9, cpu_ns=5 * 10**8, workers={"w": _probe(1, 3, 0.5, 0.2, 0.1)}
+    )
     cap.at_close = _Snapshot(
-        wall_ns=3 * 10**9, cpu_ns=2 * 10**9, workers={"w": _probe(3, 15, 2, 1)}
+        wall_ns=3 * 10**9, cpu_ns=2 * 10**9, workers={"w": _probe(3, 15, 2, 1, 0.4)}
     )
 
     measured = cap._workers_measured()
@@ -116,6 +121,11 @@ def test_workers_are_measured_between_the_windows_two_snapshots() -> None:
     (worker,) = measured["workers"]
     assert (worker["wall_s"], worker["produce_s"], worker["blocked_s"]) == (2.0, 1.5, 0.5)
     assert worker["cpu_s"] == 0.8 and worker["timed_elements"] is True
+    assert worker["cpu_wait_s"] == 0.3
+    # A kernel without schedstat: the wait is unknown, not 0.
+    cap.at_close.workers["w"]["run_delay_ns"] = None
+    (worker,) = cap._workers_measured()["workers"]  # type: ignore[index]
+    assert worker["cpu_wait_s"] is None
     # No probe had written when the window opened: nothing to compare.
     cap.at_open = _Snapshot(wall_ns=10**9, cpu_ns=0, workers={})
     assert cap._workers_measured() is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
 from traceinspect.sidecar import WorkersMeasured, parse
@@ -87,6 +89,45 @@ def test_cpu_bound_workers_are_capped_by_cores() -> None:
     assert "make preprocessing cheaper or move it offline, or add hosts" in rec.reason
     # Two workers of 25 ms each, and 24.5 ms of CPU per batch on 2 cores.
     assert rec.expected_step_ms == 12.5
+
+
+def test_workers_waiting_for_a_core_count_as_cpu_bound() -> None:
+    # Two workers on one usable core: each on the CPU 48% of its producing time and ready to
+    # run, waiting for the core, 49% (the probe's schedstat run delay).
+    side = _sidecar(2, produce_s=2.0, cpu_s=0.96, cpus=1)
+    for w in side["grain"]["workers_measured"]["workers"]:
+        w["cpu_wait_s"] = 0.49
+    measured = WorkerMeasurement.from_sidecar(_measured(side))
+    assert measured is not None
+    assert (measured.cpu_share, measured.cpu_wait_share) == (0.48, 0.49)
+    # On a core of its own: 0.48 of the 0.51 it did not wait for one.
+    assert measured.core_share == pytest.approx(0.48 / 0.51)
+    rec = _rec("input-bound", 1.0, 50.0, side)
+    assert rec.value == 1 and rec.bounded_by == "cores"  # floor(1 / 0.94)
+    assert rec.reason is not None
+    assert (
+        "CPU-bound in preprocessing (48% of their time on CPU, 49% waiting for a core)"
+        in rec.reason
+    )
+    # Read without the wait (a sidecar from before it was recorded): they seem to wait on reads.
+    for w in side["grain"]["workers_measured"]["workers"]:
+        del w["cpu_wait_s"]
+    rec = _rec("input-bound", 1.0, 50.0, side)
+    assert rec.value == 2 and rec.reason is not None and "wait on reads" in rec.reason
+
+
+def test_a_worker_that_waits_on_reads_and_for_a_core() -> None:
+    # One worker on 2 cores shared with XLA's threads: 30% of its producing time on the CPU,
+    # 40% waiting for a core, the rest waiting on reads: 50% on a core of its own, so the
+    # cores hold 4 such workers (counting the wait as CPU would allow only 2).
+    side = _sidecar(1, produce_s=1.0, cpu_s=0.3)
+    side["grain"]["workers_measured"]["workers"][0]["cpu_wait_s"] = 0.4
+    measured = WorkerMeasurement.from_sidecar(_measured(side))
+    assert measured is not None and measured.core_share == pytest.approx(0.5)
+    rec = _rec("input-bound", 5.0, 50.0, side)
+    assert rec.value == 4 and rec.bounded_by == "cores"
+    assert rec.reason is not None
+    assert "(30% of their time on CPU, 40% waiting for a core)" in rec.reason
 
 
 def test_idle_workers_are_told_how_many_fewer_keep_up() -> None:

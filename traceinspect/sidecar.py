@@ -50,7 +50,11 @@ Fields (times in Unix ns):
   ``device_tracer_level_applied`` (false when this jaxlib has no such option),
   ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
 - ``host``: ``hostname``, ``cpu_count``, ``cpu_affinity``, ``cpus_available``,
-  ``memory_total_bytes``, ``memory_available_bytes``, ``platform``, ``python``
+  ``memory_total_bytes``, ``memory_available_bytes`` (when the script started: the smaller of
+  MemAvailable and what is left under the cgroup's memory limit), ``memory_limit_bytes`` and
+  ``memory_limit_source`` (that limit and the file it came from, e.g. ``cgroup v2
+  /sys/fs/cgroup/.../memory.max``; null without one below the host's memory), ``platform``,
+  ``python``
 - ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
 - ``backend`` (null when the script never imported jax): ``platform``, ``device_count``,
   ``process_count``, ``devices`` (``id``, ``platform``, ``kind``, ``process_index``)
@@ -63,8 +67,10 @@ Fields (times in Unix ns):
   the way), ``first_batches``, ``workers_measured`` (null without ``mp_prefetch`` workers:
   ``window_s``, ``batches`` drawn by the loop in the window, ``elements`` the workers made,
   ``main_process_cpu_s``, and per worker ``index``, ``pid``, ``wall_s``, ``elements``,
-  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``rss_bytes``,
-  ``timed_elements``), and ``observed``: every Grain construction seen, in order
+  ``produce_s``, ``blocked_s`` (on a full buffer), ``cpu_s``, ``cpu_wait_s`` (its threads
+  ready to run but waiting for a core, from ``/proc/self/task/*/schedstat``; null where
+  absent), ``rss_bytes``, ``timed_elements``), and ``observed``: every Grain construction
+  seen, in order
 - ``options``: the capture options used; ``notes``: anything else worth knowing
 """
 
@@ -132,6 +138,8 @@ class HostJSON(TypedDict):
     cpus_available: int | None
     memory_total_bytes: int | None
     memory_available_bytes: int | None
+    memory_limit_bytes: int | None
+    memory_limit_source: str | None
     platform: str
     python: str
 
@@ -144,6 +152,7 @@ class WorkerJSON(TypedDict):
     produce_s: float
     blocked_s: float
     cpu_s: float
+    cpu_wait_s: float | None
     rss_bytes: int | None
     timed_elements: bool
 
@@ -321,6 +330,8 @@ class WorkerCounters:
     cpu_s: float
     rss_bytes: int | None
     timed_elements: bool
+    #: Time its threads were ready to run but waited for a core (None: not recorded).
+    cpu_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -387,6 +398,9 @@ class HostFacts:
     cpus_available: int | None
     memory_total_bytes: int | None
     memory_available_bytes: int | None
+    #: The cgroup (container) memory limit, when one below the host's memory is set.
+    memory_limit_bytes: int | None = None
+    memory_limit_source: str | None = None
 
     @property
     def cores(self) -> int | None:
@@ -599,6 +613,7 @@ def _read_worker(value: object) -> WorkerCounters | None:
         cpu_s=cpu_s,
         rss_bytes=_read_int(w.get("rss_bytes")),
         timed_elements=w.get("timed_elements") is True,
+        cpu_wait_s=_read_float(w.get("cpu_wait_s")),
     )
 
 
@@ -612,6 +627,8 @@ def _read_host(value: object) -> HostFacts | None:
         cpus_available=_read_int(h.get("cpus_available")),
         memory_total_bytes=_read_int(h.get("memory_total_bytes")),
         memory_available_bytes=_read_int(h.get("memory_available_bytes")),
+        memory_limit_bytes=_read_int(h.get("memory_limit_bytes")),
+        memory_limit_source=_read_str(h.get("memory_limit_source")),
     )
 
 

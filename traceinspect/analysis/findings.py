@@ -40,7 +40,7 @@ from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommenda
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE, WorkerMeasurement
-from traceinspect.sidecar import Sidecar
+from traceinspect.sidecar import HostFacts, Sidecar
 from traceinspect.vocabulary import MATTERS
 
 #: Worker buffers above this share of the memory available at capture are a finding.
@@ -168,13 +168,21 @@ def _buffer_memory(
     # worker is ceil(BUFFER_STEPS / workers), at least one.
     keep = max(1, math.ceil(BUFFER_STEPS / workers))
     rss_text = f" + {workers} x {_mib(rss)} worker memory" if rss else ""
+    limit = host.memory_limit_bytes
+    # A cgroup's limit (a container's) is enforced: past it the kernel kills a process.
+    where = (
+        f" (of the {limit / (1 << 30):.1f} GiB your container may use): past its limit the "
+        "kernel kills a process of the container (out of memory)."
+        if limit
+        else ": the host may swap or kill the workers."
+    )
     return [
         Finding(
             "buffer_memory",
             "warning",
             f"Worker buffers hold {workers} workers x {size} batches x {_mib(batch)} = "
             f"{_mib(buffered)}{rss_text}, {total / available:.0%} of the {_mib(available)} "
-            "of memory available at capture: the host may swap or kill the workers.",
+            f"of memory available at capture{where}",
             f"Set MultiprocessingOptions(per_worker_buffer_size={keep}): {BUFFER_STEPS} steps "
             f"of batches across the workers ({_mib(workers * keep * batch)} buffered) keep the "
             f"device fed at {step_ms:.1f} ms per step.",
@@ -194,38 +202,46 @@ def _workers_vs_cores(
     host = sidecar.host if sidecar is not None else None
     workers = grain.worker_count if grain is not None else None
     cores = host.cores if host is not None else None
-    if workers and cores and measured is not None:
+    if workers and cores and measured is not None and host is not None:
         # The worker-count rule's own core limit: workers that wait on reads leave their
-        # core free, CPU-bound ones do not.
-        fit = max(1, math.floor(cores / max(measured.cpu_share, 1 / 64)))
+        # core free, CPU-bound ones do not (on a core or waiting for one).
+        share = measured.core_share
+        fit = max(1, math.floor(cores / max(share, 1 / 64)))
         floor_ms = (measured.host_cpu_ms_per_step or 0.0) / cores
         # The CPU share says how CPU-bound producing is only while the workers mostly
         # produce: mostly blocked on full buffers, their other CPU (the probe, the queue)
         # outweighs it.
         saturated = measured.busy_share >= WAITING_SHARE
-        if saturated and measured.cpu_share >= WAITING_SHARE and workers > fit:
+        if saturated and share >= WAITING_SHARE and workers > fit:
             out.append(
                 Finding(
                     "workers_vs_cores",
                     "warning",
-                    f"{workers} CPU-bound workers (each on the CPU {measured.cpu_share:.0%} "
-                    f"of the time it works) on {cores} usable core(s): they slow each other "
-                    "and the training process.",
-                    f"Use at most {fit} workers, or make each batch cheaper to produce.",
+                    f"{workers} CPU-bound workers on {_count(cores, 'usable core')}"
+                    f"{_affinity_note(host)}: {_core_share_text(measured)}, so they queue "
+                    "for one another and slow the training process.",
+                    f"Use at most {_count(fit, 'worker')}: more only queue for the same "
+                    f"{'core' if cores == 1 else 'cores'}. To make batches faster, make each "
+                    "one cheaper to produce (lighter or offline preprocessing), or give the "
+                    "job more cores.",
                 )
             )
         elif verdict == "input-bound" and floor_ms * KNEE_TOLERANCE >= step_ms > 0:
             # Input-bound, and the measured CPU per step already fills the cores (within the
             # knee's 10%): the workers compete for CPU (their measured share is diluted by
             # the wait). On XLA's CPU backend the device's own work counts too.
+            full = (
+                "The one core the process may use is full"
+                if cores == 1
+                else f"The {cores} cores the process may use are full"
+            ) + _affinity_note(host)
             out.append(
                 Finding(
                     "workers_vs_cores",
                     "warning",
-                    f"The host's {cores} core(s) are full: the training process and {workers} "
-                    f"worker(s) use {measured.host_cpu_ms_per_step:.1f} ms of CPU per step, "
-                    f"{floor_ms:.1f} ms per step at best on {cores} core(s), against "
-                    f"{step_ms:.1f} ms per step.",
+                    f"{full}: the training process and {_count(workers, 'worker')} use "
+                    f"{measured.host_cpu_ms_per_step:.1f} ms of CPU per step, so a step takes "
+                    f"at least {floor_ms:.1f} ms; steps took {step_ms:.1f} ms.",
                     "More workers cannot help: make batches cheaper (lighter or offline "
                     "preprocessing, cheaper decoding), or give the job more cores.",
                 )
@@ -402,6 +418,30 @@ def _workers_vs_files(sidecar: Sidecar | None) -> list[Finding]:
             f"({workers} per host).",
         )
     ]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _affinity_note(host: HostFacts) -> str:
+    """Why the process may use fewer cores than the machine has, when it may."""
+    if host.cpu_count and host.cpus_available and host.cpus_available < host.cpu_count:
+        return (
+            f" (its CPU affinity allows {host.cpus_available} of this machine's "
+            f"{host.cpu_count}: taskset, or a container's cpuset)"
+        )
+    return ""
+
+
+def _core_share_text(m: WorkerMeasurement) -> str:
+    if m.cpu_wait_share < 0.005:
+        return f"each is on a core {m.core_share:.0%} of the time it makes batches"
+    return (
+        f"making batches, each was on a core {m.cpu_share:.0%} of the time and waited for "
+        f"one {m.cpu_wait_share:.0%}: it computes {m.core_share:.0%} of the time it does not "
+        "wait for a core"
+    )
 
 
 def _mib(n: int | float) -> str:

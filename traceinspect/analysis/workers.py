@@ -25,8 +25,10 @@ and RAM budgets):
 - ``W``: a worker's wall time to produce one batch (elements per batch included), measured;
   ``N = ceil(W * HEADROOM / D)`` whether or not the run is input-bound, so a run that keeps
   up with idle workers is told how many fewer would do, and the RAM that saves.
-- CPU share ``f``: the workers' CPU time over their producing time. Workers that wait on
-  reads (small ``f``) may outnumber the cores; CPU-bound ones cannot: the core cap is
+- CPU share ``f``: the workers' CPU time over their producing time, less the time they were
+  ready to run but waited for a core (shared cores): the share they would have on cores of
+  their own. Workers that wait on reads
+  (small ``f``) may outnumber the cores; CPU-bound ones cannot: the core cap is
   ``floor(cores / f)``. The advice differs: more workers or read threads, ArrayRecord for
   reads; cheaper or offline preprocessing, more hosts, for CPU.
 - Memory per worker: its measured RSS plus ``per_worker_buffer_size`` batches.
@@ -77,6 +79,18 @@ class WorkerMeasurement:
     #: CPU time per step of the whole host side: the training process (on XLA's CPU backend
     #: that includes the device's own work) plus the workers' CPU per batch (ms).
     host_cpu_ms_per_step: float | None = None
+    #: Time ready to run but waiting for a core / producing time, 0..1 (0: not recorded).
+    cpu_wait_share: float = 0.0
+
+    @property
+    def core_share(self) -> float:
+        """The CPU share a worker would have on a core of its own: its CPU time over its
+        producing time less the time it waited for a core. Workers that share their cores
+        (with one another, the training process, XLA's threads) wait for them, so their CPU
+        share alone drops (two CPU-bound workers on one core: 24-48%) and they would look
+        as if they waited on reads."""
+        rest = 1.0 - self.cpu_wait_share
+        return 1.0 if rest <= self.cpu_share else self.cpu_share / rest
 
     @classmethod
     def from_sidecar(cls, measured: WorkersMeasured | None) -> WorkerMeasurement | None:
@@ -92,6 +106,7 @@ class WorkerMeasurement:
         per_batch = elements / batches if batches > 0 else 1.0
         rss = [w.rss_bytes for w in workers if w.rss_bytes]
         workers_cpu = sum(w.cpu_s for w in workers)
+        cpu_wait = sum(w.cpu_wait_s or 0.0 for w in workers)
         main_cpu = measured.main_process_cpu_s
         host_cpu = (
             (main_cpu + workers_cpu) / batches * 1000.0
@@ -105,6 +120,9 @@ class WorkerMeasurement:
             busy_share=min(1.0, produce / wall),
             rss_bytes=max(rss) if rss else None,
             host_cpu_ms_per_step=host_cpu,
+            # Summed over a worker's threads the wait can exceed what is left of its
+            # producing time: at most the rest.
+            cpu_wait_share=max(0.0, min(1.0 - workers_cpu / produce, cpu_wait / produce)),
         )
 
 
@@ -126,7 +144,7 @@ def _limits(inputs: WorkerInputs) -> tuple[int | None, int | None]:
     measured = inputs.measured
     if by_cores is not None and measured is not None:
         # Workers that wait on reads leave their core free while they wait.
-        by_cores = max(1, math.floor(by_cores / max(measured.cpu_share, 1 / 64)))
+        by_cores = max(1, math.floor(by_cores / max(measured.core_share, 1 / 64)))
     by_memory = None
     if inputs.memory_available_bytes:
         by_memory = max(
@@ -279,12 +297,14 @@ def _from_measurement(
         "worker_rss_bytes": measured.rss_bytes,
         "host_cpu_floor_ms": round(floor, 3) if floor else None,
     }
-    waits = measured.cpu_share < WAITING_SHARE
+    waits = measured.core_share < WAITING_SHARE
+    on_cpu = f"{measured.cpu_share:.0%} of their time on CPU"
+    if measured.cpu_wait_share >= 0.005:
+        on_cpu += f", {measured.cpu_wait_share:.0%} waiting for a core"
     kind = (
-        f"workers wait on reads ({measured.cpu_share:.0%} of their time on CPU)"
+        f"workers wait on reads ({on_cpu})"
         if waits
-        else f"workers are CPU-bound in preprocessing ({measured.cpu_share:.0%} of their time "
-        "on CPU)"
+        else f"workers are CPU-bound in preprocessing ({on_cpu})"
     )
     paced_by = (
         f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "

@@ -458,14 +458,16 @@ def _worker_probe(
     is ``grain_queue.add_element_to_queue``; wrapped here, the time between two puts is the
     time spent producing, and the time inside one is the time blocked on a full buffer (the
     consumer did not need the element yet). A thread writes the counters, with the process's
-    CPU time and memory, to ``stats_dir/worker-<index>-<pid>.json`` every 50 ms; the training
-    process reads them when the trace window opens and closes.
+    CPU time, its threads' time waiting for a core and its memory, to
+    ``stats_dir/worker-<index>-<pid>.json`` every 50 ms; the training process reads them when
+    the trace window opens and closes.
 
     Self-contained (imports inside, no module globals) because it is pickled by value.
     """
     if user_init is not None:
         user_init(index, count)
     stage_table = time_stages(True) if time_stages is not None else None
+    import contextlib as _contextlib
     import json as _json
     import os as _os
     import pathlib as _pathlib
@@ -516,6 +518,19 @@ def _worker_probe(
         except (OSError, ValueError, IndexError):
             return None
 
+    def run_delay() -> int | None:
+        # Time this process's threads were ready to run but waited for a core (the kernel's
+        # run delay, the second field of each thread's schedstat): on oversubscribed cores a
+        # CPU-bound worker waits there, and its CPU time alone would make it look idle.
+        total, seen = 0, False
+        with _contextlib.suppress(OSError):
+            for task in _os.scandir("/proc/self/task"):
+                with _contextlib.suppress(OSError, ValueError, IndexError):
+                    stat = _pathlib.Path(task.path, "schedstat").read_text(encoding="ascii")
+                    total += int(stat.split()[1])
+                    seen = True
+        return total if seen else None
+
     def write() -> None:
         now = _time.perf_counter_ns()
         with lock:
@@ -529,6 +544,7 @@ def _worker_probe(
             timed=timed,
             t_ns=_time.time_ns(),
             cpu_ns=_time.process_time_ns(),
+            run_delay_ns=run_delay(),
             rss_bytes=rss(),
             stages=stage_table() if stage_table is not None else None,
         )

@@ -33,6 +33,7 @@ from .facts import (
     _distributed_info,
     _host_info,
     _machine_busy_s,
+    _memory_facts,
     _tree_cpu_s,
     _versions,
 )
@@ -125,6 +126,15 @@ class _Snapshot:
     tree_cpu_s: float | None = None
 
 
+def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
+    """A worker's time waiting for a core over the window (None where the kernel keeps no
+    schedstat). A thread that ended takes its share with it: never below 0."""
+    first, last = begin.get("run_delay_ns"), end.get("run_delay_ns")
+    if not isinstance(first, int) or not isinstance(last, int):
+        return None
+    return round(max(0, last - first) / 1e9, 4)
+
+
 class _Steady:
     """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
 
@@ -211,6 +221,10 @@ class _Capture:
         self.stopped_by_us = False
         self.ended_how: str | None = None
         self.script_start_ns = time.time_ns()
+        # Before the script takes any. The report is written when the window closes, while
+        # the workers and their buffers hold memory (which the buffer_memory check would add
+        # once more), and again at exit, with whatever the script still holds then.
+        self.memory_at_start = _memory_facts()
         self.step_traceme: Any = None
         self.grain_events: list[dict[str, Any]] = []
         self.batch_bytes: int | None = None
@@ -668,7 +682,7 @@ class _Capture:
                 "device_tracer_level_applied": self.device_tracer_applied,
                 "grain_worker_profiling": self.grain_worker_profiling,
             },
-            "host": _host_info(),
+            "host": _host_info(self.memory_at_start),
             "versions": _versions(),
             "backend": _backend_info(),
             "grain": self._grain_summary(),
@@ -856,6 +870,7 @@ class _Capture:
                     "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
                     "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
                     "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
+                    "cpu_wait_s": _run_delay_s(begin, end),
                     "rss_bytes": end.get("rss_bytes"),
                     "timed_elements": bool(end.get("timed")),
                 }
