@@ -22,11 +22,12 @@ from traceinspect.errors import UsageError
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Decoding and analysing one host peaks at about this many times its file size in memory,
-# the worker's own imports included: 310 MiB in a forked worker and 377 MiB in a Dask one
-# (130 MiB of it imports) for an 85 MiB host file, 1,382 MiB for a 509 MiB one. The peak
-# is reading (the mapped file and the decoded columns); the analysis stays below it
-# (benchmarks/README.md: bench_pod.py, bench_analyze.py).
+# Decoding and analysing one host peaks at less than this many times its file size in
+# memory, the worker's own imports included: 300 MiB in a Dask worker (131 MiB of it
+# imports) for an 85 MiB host file, 258 MiB in a plain process, 937 MiB for a 509 MiB
+# file; before the decoder released the file's pages as it went, 377 and 1,382 MiB, which
+# this was set from. Since then the peak is the decoded columns plus the analysis' few MiB
+# (benchmarks/README.md: bench_pod.py, bench_analyze.py, "Memory of reading").
 MEMORY_PER_FILE_BYTE = 5
 
 

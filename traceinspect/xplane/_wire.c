@@ -15,6 +15,16 @@
  *
  * Output: a dict of plain Python lists (names) and Column objects (raw little-endian
  * arrays exposing the buffer protocol; numpy.frombuffer wraps them without a copy).
+ *
+ * Memory: the input is usually a read-only mapping of the file. Its pages count in the
+ * process's RSS once touched, and the index pass touches them all, so without help the
+ * whole file stays resident while the event columns fill (file + columns at the peak).
+ * With release_every > 0 the fill pass hands back to the kernel, every release_every
+ * bytes of events and at the end of each plane, the mapped pages it has moved past
+ * (madvise MADV_DONTNEED, Linux): they stay in the page cache, and the few read again
+ * later (interned strings are compared in place, map entries point into the file) fault
+ * back in with the same bytes. Only a read-only mmap is accepted for this: dropped pages
+ * of the process's own memory would read back as zeros.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +32,7 @@
 #include <math.h>
 #ifdef __linux__
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 #include <stdint.h>
 #include <stdlib.h>
@@ -465,6 +476,8 @@ typedef struct {
     /* progress */
     PyObject *progress;
     size_t since_progress;
+    /* releasing the mapped input behind the event pass (UINTPTR_MAX: never) */
+    uintptr_t release_next, released, release_every, page;
 } state;
 
 static void sink_init(sink *s) {
@@ -696,6 +709,19 @@ static int report_progress(state *st, const uint8_t *at) {
     return 0;
 }
 
+/* Drop this process's mapping of the input's whole pages before `at` (see the top of the
+ * file). Advisory: a failed madvise leaves the pages mapped, nothing else changes. */
+static void release_consumed(state *st, const uint8_t *at) {
+    uintptr_t upto = (uintptr_t)at & ~(st->page - 1);
+#ifdef MADV_DONTNEED
+    if (upto > st->released) {
+        (void)madvise((void *)st->released, upto - st->released, MADV_DONTNEED);
+        st->released = upto;
+    }
+#endif
+    st->release_next = (uintptr_t)at + st->release_every;
+}
+
 static inline int64_t floordiv1000(int64_t x) {
     int64_t q = x / 1000;
     return (x % 1000 < 0) ? q - 1 : q;
@@ -797,6 +823,7 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
     VEC_AT(st->ev_name, int32_t, st->ev_name.n++) = name;
     VEC_AT(st->ev_start, int64_t, st->ev_start.n++) = start;
     VEC_AT(st->ev_dur, int64_t, st->ev_dur.n++) = stop - start;
+    if ((uintptr_t)end >= st->release_next) release_consumed(st, end);
     if (++st->since_progress >= (1u << 20)) return report_progress(st, p);
     return 0;
 }
@@ -1028,6 +1055,8 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
         }
         if (push_line_span(st, (int64_t)(st->ev_line.n - first_event), lo, hi) < 0) goto done;
     }
+    /* The whole plane is decoded, its metadata too (large on GPU and TPU planes). */
+    if (st->release_next != UINTPTR_MAX) release_consumed(st, end);
     rc = 0;
 done:
     vec_free(&lines);
@@ -1095,11 +1124,24 @@ static void state_free(state *st) {
     Py_CLEAR(st->md_display_names);
 }
 
-static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress) {
+static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
+                              size_t release_every) {
     state st;
     memset(&st, 0, sizeof(st));
     st.w.base = buf;
     st.progress = progress;
+    st.release_next = UINTPTR_MAX;
+#ifdef MADV_DONTNEED
+    if (release_every > 0) {
+        long page = sysconf(_SC_PAGESIZE);
+        st.page = page > 0 ? (uintptr_t)page : 4096;
+        st.released = ((uintptr_t)buf + st.page - 1) & ~(st.page - 1);
+        st.release_every = release_every;
+        st.release_next = (uintptr_t)buf + release_every;
+    }
+#else
+    (void)release_every;
+#endif
     st.empty_event_name = st.empty_stat_name = st.empty_str_value = -1;
     st.plane_xid.esz = 8;
     st.line_plane.esz = 4;
@@ -1253,23 +1295,42 @@ fail:
     return NULL;
 }
 
+static PyObject *mmap_type; /* mmap.mmap */
+
 static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "progress", NULL};
+    static char *kwlist[] = {"data", "progress", "release_every", NULL};
     Py_buffer view;
     PyObject *progress = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O:decode", kwlist, &view, &progress))
+    Py_ssize_t release_every = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$n:decode", kwlist, &view, &progress,
+                                     &release_every))
         return NULL;
-    PyObject *result = decode_space((const uint8_t *)view.buf, (size_t)view.len, progress);
+    /* A read-only mmap is a mapping of a file (or of shared or untouched anonymous
+     * memory): dropping its pages never changes what it reads. */
+    int mapped = view.readonly && view.obj &&
+                 PyObject_TypeCheck(view.obj, (PyTypeObject *)mmap_type);
+    if (release_every < 0 || (release_every > 0 && !mapped)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError,
+                        "release_every needs a read-only mmap.mmap and a size >= 0");
+        return NULL;
+    }
+    if (release_every > view.len) release_every = view.len; /* no pointer overflow */
+    PyObject *result =
+        decode_space((const uint8_t *)view.buf, (size_t)view.len, progress, (size_t)release_every);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef wire_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))wire_decode, METH_VARARGS | METH_KEYWORDS,
-     "decode(data, progress=None) -> dict\n\n"
+     "decode(data, progress=None, *, release_every=0) -> dict\n\n"
      "Decode serialized XSpace bytes into columns. progress(bytes_done) is called\n"
-     "about every million events. Raises ValueError on malformed input."},
+     "about every million events. With release_every > 0, data must be a read-only\n"
+     "mmap.mmap: every release_every bytes, the event pass drops the pages it has\n"
+     "decoded from this process's memory (they stay in the page cache). Raises\n"
+     "ValueError on malformed input."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1279,6 +1340,13 @@ static struct PyModuleDef wire_module = {
 
 PyMODINIT_FUNC PyInit__wire(void) {
     if (PyType_Ready(&ColumnType) < 0) return NULL;
+    if (!mmap_type) {
+        PyObject *mod = PyImport_ImportModule("mmap");
+        if (!mod) return NULL;
+        mmap_type = PyObject_GetAttrString(mod, "mmap");
+        Py_DECREF(mod);
+        if (!mmap_type) return NULL;
+    }
     PyObject *m = PyModule_Create(&wire_module);
     if (!m) return NULL;
     Py_INCREF(&ColumnType);

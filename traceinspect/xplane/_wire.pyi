@@ -1,5 +1,6 @@
 """Types of the compiled XPlane decoder (``_wire.c``); ``pydecode.decode`` returns the same."""
 
+import mmap
 from collections.abc import Callable
 from typing import TypedDict
 
@@ -35,7 +36,13 @@ class Decoded(TypedDict):
     metadata_stats: StatColumns
 
 def decode(
-    data: bytes | bytearray | memoryview, progress: Callable[[int], object] | None = None
+    data: bytes | bytearray | memoryview | mmap.mmap,
+    progress: Callable[[int], object] | None = None,
+    *,
+    release_every: int = 0,
 ) -> Decoded:
     """Decode serialized XSpace bytes into columns. ``progress(bytes_done)`` is called about
-    every million events. Raises ``ValueError`` on malformed input."""
+    every million events. With ``release_every > 0``, ``data`` must be a read-only
+    ``mmap.mmap``: every ``release_every`` bytes (and after each plane) the pages already
+    decoded leave this process's memory (they stay in the page cache). Raises
+    ``ValueError`` on malformed input."""

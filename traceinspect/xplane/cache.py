@@ -36,7 +36,8 @@ MIN_BYTES = 8 << 20
 # for files that took a while to decode (large ones, or the pure-Python decoder).
 MIN_DECODE_SECONDS = 0.3
 MAX_ENTRIES = 16
-_FORMAT = 1
+# 2: the events' name codes narrowed to int8/int16 (raw.typed); 1 held them as int32.
+_FORMAT = 2
 _MANIFEST = "manifest.json"
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.xplane.raw import code_dtype
 
 _STRING_TABLES = ("event_names", "stat_names", "str_values")
 _STAT_SINKS = {
@@ -43,7 +44,7 @@ class Frames:
     warnings: tuple[str, ...]
 
 
-def _col(arr: np.ndarray, dtype: type | str) -> np.ndarray:
+def _col(arr: np.ndarray, dtype: type | str | np.dtype[Any]) -> np.ndarray:
     # Columns are typed already (raw.typed); this only documents what each one is.
     assert arr.dtype == np.dtype(dtype), (arr.dtype, dtype)
     return arr
@@ -58,10 +59,7 @@ def _cat(codes: np.ndarray, categories: Sequence[str]) -> pd.Categorical:
 
 def _small(codes: np.ndarray, n_categories: int) -> np.ndarray:
     """Codes in the dtype pandas would choose for ``n_categories`` (int8, int16 or int32)."""
-    for dtype in (np.int8, np.int16, np.int32):
-        if n_categories < np.iinfo(dtype).max:
-            return codes.astype(dtype, copy=False)
-    return codes
+    return codes.astype(code_dtype(n_categories), copy=False)
 
 
 def _shift(rows: np.ndarray, offset: int) -> np.ndarray:
@@ -137,7 +135,8 @@ def build_frames(raws: Sequence[dict[str, Any]], hosts: Sequence[str]) -> Frames
         ):
             add("lines", dst, _col(lines[src], np.int64))
         ev = raw["events"]
-        names = _take(maps["event_names"][i], _col(ev["name"], np.int32))
+        names = _col(ev["name"], code_dtype(len(raw["event_names"])))  # narrowed: raw.typed
+        names = _take(maps["event_names"][i], names)
         add("events", S.LINE_ROW, _shift(_col(ev["line_row"], np.int32), line_off))
         add("events", S.NAME, names)
         add("events", S.START_NS, _col(ev["start_ns"], np.int64))

@@ -3,7 +3,7 @@
 Both decoders return a dict of string lists (``*_names``, ``str_values``, ...) and of
 column groups (``events``, ``lines``, ``event_stats``, ...). The compiled decoder hands
 out untyped byte buffers; :func:`typed` wraps every column as a numpy array of the dtype
-named here, without copying.
+named here, without copying, but for the events' name codes (see :func:`typed`).
 """
 
 from __future__ import annotations
@@ -61,13 +61,27 @@ Raw = dict[str, Any]
 
 
 def typed(raw: Mapping[str, Any]) -> Raw:
-    """The same dict with every column a numpy array of its declared dtype (no copies)."""
+    """The same dict with every column a numpy array of its declared dtype (no copies),
+    but for the events' name codes: those come narrowed to the dtype pandas keeps category
+    codes in (:func:`code_dtype`). The frames would copy them so anyway; done here, the
+    decoder's 4-byte column is freed before the frames are built, which was the peak of
+    reading a file (22 MiB of the 89 MB capture's 269 MiB)."""
     out: Raw = {key: raw[key] for key in LISTS}
     for group, columns in DTYPES.items():
         out[group] = {
             name: np.frombuffer(raw[group][name], dtype=dtype) for name, dtype in columns.items()
         }
+    names = out["events"]["name"]
+    out["events"]["name"] = names.astype(code_dtype(len(out["event_names"])), copy=False)
     return out
+
+
+def code_dtype(n_categories: int) -> np.dtype[Any]:
+    """The integer dtype pandas stores codes of ``n_categories`` categories in."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 def event_count(raw: Raw) -> int:
