@@ -37,6 +37,14 @@ def _progress(phase: str, index: int, total: int, attempt: int) -> None:
     help="Steps timed per phase once steady. Default: 20, and at least 1 s.",
 )
 @click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Runs of each phase, in turn (target, loader, real, target, ...): each figure is "
+    "its phase's best run, as a machine's speed drifts from one run to the next.",
+)
+@click.option(
     "--tries",
     type=click.IntRange(min=1),
     default=3,
@@ -50,7 +58,8 @@ def _progress(phase: str, index: int, total: int, attempt: int) -> None:
     default="traceinspect_isolate",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Where the script's output of each phase goes (target.log, loader.log, real.log).",
+    help="Where the script's output of each phase goes (target.log, loader.log, real.log: "
+    "the runs that count; the others' in <phase>-run<N>.log).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -58,20 +67,22 @@ def isolate(
     *,
     phase_timeout_s: float,
     steps: int | None,
+    rounds: int,
     tries: int,
     workers: int | None,
     logdir: str,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
-    """Is it the input? Run the script three times, unchanged, and compare.
+    """Is it the input? Run the script three ways, unchanged, and compare.
 
     \b
     target: the loop's Grain next() returns its first batch every time (no input cost);
     loader: the first Grain iterator drained alone, no training;
     real:   the script as it is.
     Each is timed on the host once steady (20 steps, at least 1 s; no profiler), then
-    stopped; a phase that other processes kept busy runs again (--tries). Verdict, with a
+    stopped; the three run in turn, twice (--rounds), and each figure is its phase's best
+    run; a run that other processes kept busy runs again (--tries). Verdict, with a
     20% tolerance: loader slower than target: input-bound (with the worker count that
     should keep up); else real slower than target: sync-bound (a host-device sync each
     step; host-bound if the loop did not wait on device values); else device-bound. The
@@ -91,6 +102,7 @@ def isolate(
         command,
         phase_timeout_s=phase_timeout_s,
         steps=steps,
+        rounds=rounds,
         tries=tries,
         workers=workers,
         logdir=logdir,
