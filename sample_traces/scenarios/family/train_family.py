@@ -119,13 +119,11 @@ def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> A
 Params = dict[str, Any]
 
 
-def init_params() -> Params:
-    keys = jax.random.split(jax.random.key(0), HIDDEN_LAYERS + 2)
+def init_params(layers: int = HIDDEN_LAYERS) -> Params:
+    keys = jax.random.split(jax.random.key(0), layers + 2)
     return {
         "w_in": jax.random.normal(keys[0], (FEATURES, HIDDEN)) * 0.03,
-        "hidden": [
-            jax.random.normal(k, (HIDDEN, HIDDEN)) * 0.03 for k in keys[1 : HIDDEN_LAYERS + 1]
-        ],
+        "hidden": [jax.random.normal(k, (HIDDEN, HIDDEN)) * 0.03 for k in keys[1 : layers + 1]],
         "w_out": jax.random.normal(keys[-1], (HIDDEN, 1)) * 0.03,
     }
 
@@ -147,11 +145,17 @@ def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.
 
 
 def train(
-    record: str, workers: int, read_threads: int, read: str, steps: int, synthetic: bool = False
+    record: str,
+    workers: int,
+    read_threads: int,
+    read: str,
+    steps: int,
+    synthetic: bool = False,
+    layers: int = HIDDEN_LAYERS,
 ) -> list[float]:
     """Run ``steps`` steps; return each step's host start time (perf_counter, s) and, last,
     the time the device finished the final step."""
-    params = init_params()
+    params = init_params(layers)
     constant = synthetic_batch() if synthetic else None
     it = None if synthetic else make_iterator(record, workers, read_threads, steps)
     starts: list[float] = []
@@ -192,12 +196,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--synthetic", action="store_true", help="one pre-built batch every step, no Grain"
     )
+    parser.add_argument(
+        "--hidden-layers",
+        type=int,
+        default=HIDDEN_LAYERS,
+        help="hidden layers of the MLP: more make a longer step",
+    )
     parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
     args = parser.parse_args(argv)
     flags.FLAGS.mark_as_parsed()  # Grain's worker processes read absl flags
 
     starts = train(
-        args.record, args.workers, args.read_threads, args.read, args.steps, args.synthetic
+        args.record,
+        args.workers,
+        args.read_threads,
+        args.read,
+        args.steps,
+        args.synthetic,
+        args.hidden_layers,
     )
     if args.stats_json:
         text = json.dumps({"args": vars(args), "starts_s": starts})
