@@ -20,7 +20,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trace", "intervals"),  # the trace model
     ("backends",),  # device activity per layout
     ("analysis",),  # pure functions over the model
-    ("sweep", "pod", "viewer", "results"),  # orchestration: capture, analyse, combine, serve
+    (
+        "sweep",
+        "pod",
+        "viewer",
+        "results",
+        "isolate",
+    ),  # orchestration: capture, analyse, combine, serve
     ("report",),  # text, JSON, HTML, plots
     ("cli",),  # thin commands
     ("__init__", "__main__"),  # the public API and the entry point

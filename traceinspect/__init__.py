@@ -18,6 +18,7 @@ from traceinspect.errors import (
     AnalysisError,
     CaptureError,
     EmptyTraceError,
+    IsolateError,
     TraceDecodeError,
     TraceInspectError,
     TraceNotFoundError,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from traceinspect.analysis.compare import Comparison, compare
     from traceinspect.analysis.result import Analysis
     from traceinspect.analysis.straggler import PodAnalysis
+    from traceinspect.isolate import Isolation, run_isolate
     from traceinspect.pod import analyze_run, load_host
     from traceinspect.report.html import render_html
     from traceinspect.report.input_plots import plot_input_stages
@@ -60,6 +62,8 @@ _LAZY = {
     "plot_sweep": ("traceinspect.report.sweep", "plot_sweep"),
     "render_sweep": ("traceinspect.report.sweep", "render_sweep"),
     "load_sweep": ("traceinspect.sweep", "load_sweep"),
+    "Isolation": ("traceinspect.isolate", "Isolation"),
+    "run_isolate": ("traceinspect.isolate", "run_isolate"),
     "plot_hosts": ("traceinspect.report.pod_plots", "plot_hosts"),
     "plot_host_steps": ("traceinspect.report.pod_plots", "plot_host_steps"),
     "analysis_figures": ("traceinspect.report.plots", "analysis_figures"),
@@ -140,6 +144,8 @@ __all__ = [
     "CaptureError",
     "Comparison",
     "EmptyTraceError",
+    "IsolateError",
+    "Isolation",
     "LoadInfo",
     "PerfettoTrace",
     "PodAnalysis",
@@ -167,6 +173,7 @@ __all__ = [
     "plot_timeline",
     "render_html",
     "render_sweep",
+    "run_isolate",
     "run_sweep",
     "schema",
     "typed_values",

@@ -38,5 +38,10 @@ class CaptureError(TraceInspectError):
     """Running a script under the profiler failed before the script could start."""
 
 
+class IsolateError(TraceInspectError):
+    """A phase of ``traceinspect isolate`` gave no figure: the script crashed in it, drew no
+    Grain batch, or no step was timed."""
+
+
 class AnalysisError(TraceInspectError):
     """A trace that cannot be analysed as asked: no device activity, too few steps."""

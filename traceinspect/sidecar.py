@@ -238,6 +238,35 @@ class ChildReportJSON(TypedDict, total=False):
     global_arrays: list[GlobalArrayJSON]
 
 
+class PhaseJSON(TypedDict):
+    """A phase of ``traceinspect isolate`` as the child ran it (never in a sidecar)."""
+
+    timing: str  # target | loader | real
+    deadline_s: float | None
+    #: Outermost Grain next() calls on the main thread.
+    batches_drawn: int
+    #: Why the phase ended before its window was timed (its time limit, the iterator ran
+    #: out, no Grain batch), else null.
+    ended_early: str | None
+    #: The steady-state rule's blocks: [first step, last step, mean step ms].
+    blocks: list[list[float]]
+    #: Over the timed window, on the main thread: time in the outermost Grain next(), time
+    #: in host reads of device values (float(x), .block_until_ready(), ...), and the reads.
+    input_wait_s: float
+    host_read_s: float
+    host_reads: int
+    #: Cores other processes of the machine kept busy, on average, over the window (its
+    #: busy CPU time in /proc/stat less the script's and its Grain workers'); null unknown.
+    others_cpu_cores: float | None
+    cpu_count: int | None
+
+
+class PhaseReportJSON(ChildReportJSON, total=False):
+    """The child's report in a phase of ``traceinspect isolate``: what the runner times."""
+
+    phase: PhaseJSON
+
+
 class SidecarJSON(ChildReportJSON, total=False):
     """The whole file. A host's placeholder in a shared run (written when its capture
     starts, replaced when it ends) holds only some of these."""

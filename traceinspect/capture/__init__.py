@@ -40,6 +40,9 @@ Trace annotations added inside the window (host plane, main thread):
 
 The sidecar's fields and their reader are in :mod:`traceinspect.sidecar`.
 
+:func:`run_phase` runs the script once as a phase of ``traceinspect isolate`` instead: the
+same child with host timing only, no profiler (:mod:`traceinspect.capture._phase`).
+
 This package imports only the standard library; jax and grain are used in the child process.
 """
 
@@ -52,6 +55,7 @@ from traceinspect.capture._child._base import (
     ANNOTATIONS,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
+from traceinspect.capture._phase import PhaseRun, log_tail, run_phase, wait_for_quiet
 from traceinspect.capture._runner import (
     STEP_SOURCES,
     CaptureOptions,
@@ -73,9 +77,13 @@ __all__ = [
     "CaptureOptions",
     "CaptureProgress",
     "CaptureResult",
+    "PhaseRun",
     "ProgressCallback",
     "ScriptCommand",
+    "log_tail",
     "parse_command",
     "run_capture",
+    "run_phase",
     "sidecar_name",
+    "wait_for_quiet",
 ]

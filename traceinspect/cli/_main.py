@@ -15,7 +15,9 @@ from traceinspect.errors import TraceInspectError
 
 # Each command's module, imported only when that command runs (or help lists it): a
 # command pays for its own imports alone (`analyze` does not import capture's runner).
-_COMMANDS = ("analyze", "compare", "info", "events", "export", "view", "capture", "sweep")
+_COMMANDS = (
+    "analyze", "compare", "info", "events", "export", "view", "capture", "sweep", "isolate"
+)  # fmt: skip
 
 
 class _Group(click.Group):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect import schema as S
-from traceinspect.capture import CaptureOptions, CaptureResult, parse_command
+from traceinspect.capture import CaptureOptions, CaptureResult, log_tail, parse_command
 from traceinspect.errors import CaptureError, TraceInspectError, UsageError
 from traceinspect.sweep._summary import (
     CRASHED,
@@ -225,7 +225,7 @@ def _capture_with_timeout(
         try:
             report: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            tail = _log_tail(log_path)
+            tail = log_tail(log_path)
             return _Outcome(
                 None,
                 f"the capture process ended with code {proc.returncode}"
@@ -293,19 +293,6 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _log_tail(path: Path, limit: int = 160) -> str:
-    """The last non-empty line of the run's output: usually the exception that ended it."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    for raw in reversed(lines):
-        line = raw.strip()
-        if line and not line.startswith("traceinspect:"):
-            return line if len(line) <= limit else line[: limit - 3] + "..."
-    return ""
-
-
 def _observed_workers(capture: CaptureResult) -> int | None:
     grain = capture.record.grain
     return grain.worker_count if grain is not None else None
@@ -331,7 +318,7 @@ def _judge(workers: int, outcome: _Outcome, timeout_s: float | None, log_path: P
     if capture is None:
         return SweepRun(status=ERROR, message=outcome.error or "capture failed", **common)
     if not capture.trace_paths:
-        tail = _log_tail(log_path)
+        tail = log_tail(log_path)
         reason = tail or "; ".join(capture.partial_reasons) or "no trace was written"
         if capture.exit_code != 0:
             return SweepRun(

@@ -14,7 +14,9 @@ costs
 and the loop reads the loss as a user would: never, every step (``float``, ``device_get``,
 ``block``), the previous step's loss every step (``prev``), every 10th step (``every10``),
 or MaxText's metrics buffer (``buffer``: keep each step's metrics, read the previous
-step's every 10 steps). Run it by hand with::
+step's every 10 steps). ``--synthetic`` feeds one pre-built batch every step, without Grain
+(the same model with no input cost: what ``traceinspect isolate``'s target step is checked
+against). Run it by hand with::
 
     python sample_traces/scenarios/family/train_family.py --record io --workers 2 --steps 200
 
@@ -93,6 +95,13 @@ class Parse(grain.transforms.Map):  # type: ignore[name-defined,misc]
         return {"x": element, "y": (element.sum(axis=1) > 0).astype(np.float32)}
 
 
+def synthetic_batch() -> dict[str, np.ndarray]:
+    """One batch as the pipeline makes it (the first records, parsed and stacked), built once."""
+    source, parse = Records(RECORDS_PER_BATCH), Parse(0.0, 0.0)
+    records = [parse.map(source[i]) for i in range(RECORDS_PER_BATCH)]
+    return {key: np.stack([r[key] for r in records]) for key in records[0]}
+
+
 def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> Any:
     wait_ms, cpu_ms = RECORD_COSTS[record]
     n = (steps + 64) * RECORDS_PER_BATCH
@@ -110,13 +119,11 @@ def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> A
 Params = dict[str, Any]
 
 
-def init_params() -> Params:
-    keys = jax.random.split(jax.random.key(0), HIDDEN_LAYERS + 2)
+def init_params(layers: int = HIDDEN_LAYERS) -> Params:
+    keys = jax.random.split(jax.random.key(0), layers + 2)
     return {
         "w_in": jax.random.normal(keys[0], (FEATURES, HIDDEN)) * 0.03,
-        "hidden": [
-            jax.random.normal(k, (HIDDEN, HIDDEN)) * 0.03 for k in keys[1 : HIDDEN_LAYERS + 1]
-        ],
+        "hidden": [jax.random.normal(k, (HIDDEN, HIDDEN)) * 0.03 for k in keys[1 : layers + 1]],
         "w_out": jax.random.normal(keys[-1], (HIDDEN, 1)) * 0.03,
     }
 
@@ -137,17 +144,26 @@ def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.
     return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
 
 
-def train(record: str, workers: int, read_threads: int, read: str, steps: int) -> list[float]:
+def train(
+    record: str,
+    workers: int,
+    read_threads: int,
+    read: str,
+    steps: int,
+    synthetic: bool = False,
+    layers: int = HIDDEN_LAYERS,
+) -> list[float]:
     """Run ``steps`` steps; return each step's host start time (perf_counter, s) and, last,
     the time the device finished the final step."""
-    params = init_params()
-    it = make_iterator(record, workers, read_threads, steps)
+    params = init_params(layers)
+    constant = synthetic_batch() if synthetic else None
+    it = None if synthetic else make_iterator(record, workers, read_threads, steps)
     starts: list[float] = []
     previous: jax.Array | None = None
     metrics: list[jax.Array] = []  # MaxText's buffer: this step's metrics, read one step late
     for step in range(steps):
         starts.append(time.perf_counter())
-        batch = next(it)
+        batch = constant if constant is not None else next(it)
         params, loss = train_step(params, batch["x"], batch["y"])
         if read == "float":
             print(f"step {step} loss {float(loss):.4f}")
@@ -177,11 +193,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--read-threads", type=int, default=1, help="Grain ReadOptions threads")
     parser.add_argument("--read", choices=READS, default="none", help="how the loss is read")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument(
+        "--synthetic", action="store_true", help="one pre-built batch every step, no Grain"
+    )
+    parser.add_argument(
+        "--hidden-layers",
+        type=int,
+        default=HIDDEN_LAYERS,
+        help="hidden layers of the MLP: more make a longer step",
+    )
     parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
     args = parser.parse_args(argv)
     flags.FLAGS.mark_as_parsed()  # Grain's worker processes read absl flags
 
-    starts = train(args.record, args.workers, args.read_threads, args.read, args.steps)
+    starts = train(
+        args.record,
+        args.workers,
+        args.read_threads,
+        args.read,
+        args.steps,
+        args.synthetic,
+        args.hidden_layers,
+    )
     if args.stats_json:
         text = json.dumps({"args": vars(args), "starts_s": starts})
         if args.stats_json == "-":

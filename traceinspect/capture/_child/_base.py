@@ -40,6 +40,13 @@ SOURCE_JIT = "jit"
 SOURCE_TIME = "time"
 _PRIORITY = {SOURCE_ANNOTATION: 0, SOURCE_GRAIN: 1, SOURCE_JIT: 2, SOURCE_TIME: 3}
 
+# The phases of ``traceinspect isolate`` (the config's ``timing``): the script runs with host
+# timing only, no profiler, and stops once its steady steps are timed.
+TIMING_TARGET = "target"  # the outermost Grain next() returns the first batch it drew: no input
+TIMING_LOADER = "loader"  # the first Grain iterator drawn from is drained alone: no training
+TIMING_REAL = "real"  # the script as it is
+TIMING_MODES = (TIMING_TARGET, TIMING_LOADER, TIMING_REAL)
+
 
 def _warn(message: str) -> None:
     # stdout belongs to the user's script; our own notes go to stderr with a clear prefix.

@@ -26,6 +26,52 @@ def _meminfo(proc: str = "/proc") -> dict[str, int]:
     return out
 
 
+def _machine_busy_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot, all cores (/proc/stat)."""
+    try:
+        with pathlib.Path("/proc/stat").open(encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    idle = sum(fields[3:5])  # idle, iowait
+    return (sum(fields[:8]) - idle) / ticks  # guest time is counted in user already
+
+
+def _tree_cpu_s(root: int) -> float | None:
+    """CPU seconds used so far by process ``root`` and every live descendant (Grain workers,
+    a forkserver, the script's own pools), from /proc/<pid>/stat."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        entries = [p for p in pathlib.Path("/proc").iterdir() if p.name.isdigit()]
+    except (OSError, ValueError, AttributeError):
+        return None
+    for entry in entries:
+        try:
+            text = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        # The command name may hold spaces and parentheses: the fields follow the last ')'.
+        fields = text[text.rfind(")") + 2 :].split()
+        with contextlib.suppress(ValueError, IndexError):
+            pid = int(entry.name)
+            parents[pid] = int(fields[1])
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    if root not in cpu:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
 # A cgroup v1 limit this large is "no limit" (the kernel writes LONG_MAX rounded to a page).
 _V1_UNLIMITED = 1 << 62
 

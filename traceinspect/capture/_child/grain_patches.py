@@ -9,11 +9,12 @@ import functools
 import hashlib
 import os
 import sys
+import time
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN
+from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN, TIMING_LOADER, TIMING_TARGET
 from .hooks import _wrap_method
 from .window import _TRACING, _Capture
 
@@ -127,15 +128,24 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
                 finally:
                     state.depth = depth
             cls_name = type(self).__name__
+            if cap.timing == TIMING_LOADER:
+                _drain(self, orig, cls_name)
+            cap.batches_drawn += 1
             cap.on_step(SOURCE_GRAIN, cls_name, f"batches from grain {cls_name}")
+            if cap.has_first_batch:
+                return cap.first_batch  # the target phase: no input cost
             state.depth = 1
             if cap.phase == _TRACING:
                 cap.batches_in_window += 1
+            timed = cap.timing_window()
+            start = time.perf_counter_ns() if timed else 0
             try:
                 with cap.annotate(ANN_NEXT_BATCH):
                     batch = orig(self)
             finally:
                 state.depth = 0
+                if timed:
+                    cap.window_input_ns += time.perf_counter_ns() - start
             if len(cap.first_batches) < FINGERPRINTED_BATCHES:
                 digest = _fingerprint(batch)
                 if digest is not None:
@@ -151,9 +161,27 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
                 n = _nbytes(batch)
                 if n is not None:
                     cap.batch_bytes = n
+            if cap.timing == TIMING_TARGET:
+                cap.first_batch, cap.has_first_batch = batch, True
             return batch
 
         return __next__
+
+    def _drain(iterator: Any, orig: Callable[[Any], Any], cls_name: str) -> NoReturn:
+        """The loader phase: draw batch after batch from the first iterator the loop asked,
+        each a step, until the phase stops the script (``_StopAfter``)."""
+        detail = f"batches drawn alone from grain {cls_name}"
+        state.depth = 1
+        try:
+            while True:
+                cap.on_step(SOURCE_GRAIN, cls_name, detail)
+                try:
+                    orig(iterator)
+                except StopIteration:
+                    cap.stop_phase(f"the iterator ran out after {cap.batches_drawn} batches")
+                cap.batches_drawn += 1
+        finally:
+            state.depth = 0
 
     _on_class_tree(
         iterator_base, ("__next__",), lambda cls, name: _wrap_method(cls, name, make_next)
@@ -203,8 +231,9 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
         if options.num_workers > 0 and os.getpid() == cap.pid:
             # Grain cloudpickles this into each worker process; _worker_probe is pickled by
             # value (it claims __main__, below), so the worker needs nothing of ours.
+            time_stages = _time_stages if cap.timing is None else None
             worker_init_fn = functools.partial(
-                _worker_probe, cap.worker_probe_dir(), worker_init_fn, _time_stages
+                _worker_probe, cap.worker_probe_dir(), worker_init_fn, time_stages
             )
         return real_mp_prefetch(self, options, worker_init_fn, *args, **kwargs)
 
@@ -266,7 +295,9 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
     if cap.config.get("grain_worker_profiling"):
         cap.grain_worker_profiling = _enable_worker_profiling()
-    cap.stage_table = _time_stages(False)
+    if cap.timing is None:
+        # Not in a phase of isolate: its steps are timed as they run, without our wrappers.
+        cap.stage_table = _time_stages(False)
 
 
 def _on_class_tree(base: Any, names: tuple[str, ...], wrap: Callable[[type, str], None]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import time
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,11 @@ def _patch_jax(cap: _Capture, jax: Any) -> None:
             "block_until_ready",
         ):
             _wrap_method(array_impl, name, functools.partial(_host_read, cap, kind=name))
+        value = array_impl.__dict__.get("_value")
+        if cap.timing is not None and isinstance(value, property) and value.fget is not None:
+            # A phase of isolate also times the copy every other read goes through
+            # (print(x), str(x), f"{x}"), uncounted when inside one of the reads above.
+            array_impl._value = property(_host_read(cap, value.fget, kind="_value"))
     real_device_get = jax.device_get
     jax.device_get = _host_read(cap, real_device_get, kind="device_get")
     # The ways a training loop turns each host's batch into one global array.
@@ -151,6 +157,16 @@ def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callabl
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if cap.phase != _TRACING:
             return orig(*args, **kwargs)
+        if cap.timing_window() and not cap.in_host_read:
+            # A phase of isolate: the time the loop waits on the device (outermost reads).
+            cap.in_host_read = True
+            start = time.perf_counter_ns()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                cap.window_read_ns += time.perf_counter_ns() - start
+                cap.window_reads += 1
+                cap.in_host_read = False
         with cap.annotate(ANN_HOST_READ, kind=kind):
             return orig(*args, **kwargs)
 

@@ -57,7 +57,7 @@ def _run(config: dict[str, Any]) -> None:
         if module is not None:
             finder.patches.pop(name)(module)
     signal.signal(signal.SIGTERM, on_sigterm)
-    if cap.forced in ("auto", SOURCE_TIME):
+    if cap.forced in ("auto", SOURCE_TIME) and cap.timing is None:
         cap.start_time_window()
 
     target: str = config["target"]

@@ -15,13 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ._base import (
     _PRIORITY,
     ANN_STEP,
     SOURCE_JIT,
     SOURCE_TIME,
+    TIMING_TARGET,
     _StopAfter,
     _warn,
     _write_json_atomic,
@@ -31,7 +32,9 @@ from .facts import (
     _backend_info,
     _distributed_info,
     _host_info,
+    _machine_busy_s,
     _memory_facts,
+    _tree_cpu_s,
     _versions,
 )
 
@@ -40,6 +43,7 @@ if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child ru
         ChildReportJSON,
         GlobalArrayJSON,
         GrainJSON,
+        PhaseReportJSON,
         StagesJSON,
         StepJSON,
         WorkerJSON,
@@ -116,6 +120,10 @@ class _Snapshot:
     workers: dict[str, dict[str, Any]]
     #: This process's input-pipeline stage table (where -> stage -> [self ns, calls]).
     stages: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
+    #: CPU seconds the whole machine has been busy, and this process and its descendants
+    #: (None where /proc is missing).
+    machine_busy_s: float | None = None
+    tree_cpu_s: float | None = None
 
 
 def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
@@ -233,6 +241,25 @@ class _Capture:
         self.distributed: dict[str, int] | None = None
         self.thread_state = threading.local()
         self.main_thread = threading.main_thread()
+        #: A phase of ``traceinspect isolate`` (``_base.TIMING_*``), or None for a capture.
+        #: A phase times the window's steps on the host: no profiler, no annotations.
+        self.timing: str | None = config.get("timing")
+        deadline = config.get("deadline_s")
+        #: A phase stops at the first step this long after the script started.
+        self.deadline_s: float | None = None if deadline is None else float(deadline)
+        #: Outermost Grain next() calls on the main thread (batches the loop drew).
+        self.batches_drawn = 0
+        #: The target phase's batch: the first one the loop drew, returned every time.
+        self.first_batch: Any = None
+        self.has_first_batch = False
+        #: Why a phase ended early (its time limit, the iterator ran out, no Grain).
+        self.phase_end: str | None = None
+        #: In a phase's window: the main thread's time in Grain next() and in host reads of
+        #: device values (ns), and the reads.
+        self.window_input_ns = 0
+        self.window_read_ns = 0
+        self.window_reads = 0
+        self.in_host_read = False
 
     # -- helpers used by the hooks ------------------------------------------------------------
 
@@ -247,7 +274,7 @@ class _Capture:
         return self.phase == _TRACING and os.getpid() == self.pid
 
     def annotate(self, name: str, **stats: Any) -> contextlib.AbstractContextManager[Any]:
-        if not self.tracing():
+        if not self.tracing() or self.timing is not None:
             return contextlib.nullcontext()
         jax_profiler = sys.modules.get("jax.profiler")
         if jax_profiler is None:
@@ -281,6 +308,10 @@ class _Capture:
                 src.step_nums.append(step_num)
             if self.phase == _DONE:
                 return
+            if self.deadline_s is not None and now - self.script_start_ns >= self.deadline_s * 1e9:
+                self.stop_phase(
+                    f"the phase's time limit ({self.deadline_s:g} s) was reached at step {index}"
+                )
             chosen = self.chosen
             if chosen is None or _PRIORITY[kind] < _PRIORITY[chosen.kind]:
                 if kind == SOURCE_JIT and index < self._jit_wait():
@@ -298,6 +329,9 @@ class _Capture:
             elif src is not chosen:
                 return
             if self.phase == _WAITING and self._window_may_open(src, index, now):
+                if self.timing == TIMING_TARGET and not self.batches_drawn:
+                    # Nothing to repeat: the steps drew no batch from a Grain iterator.
+                    self.stop_phase(f"no Grain batch was drawn in {index} steps ({src.detail})")
                 if self._start_trace():
                     self.window_first = index
                     self._enter_step_annotation(index, step_num)
@@ -322,6 +356,22 @@ class _Capture:
                         raise _StopAfter()
                 else:
                     self._enter_step_annotation(index, step_num)
+
+    def timing_window(self) -> bool:
+        """In a phase of isolate, inside the timed window, on the main thread."""
+        return self.timing is not None and self.phase == _TRACING and self.active()
+
+    def stop_phase(self, why: str) -> NoReturn:
+        """End a phase of isolate now (at a step's start, on the main thread): the window as
+        it is, and the script stopped."""
+        with self.lock:
+            self.phase_end = why
+            self.notes.append(why)
+            if self.phase == _TRACING:
+                self._stop_trace()
+            self.phase = _DONE
+            self.stopped_by_us = True
+        raise _StopAfter()
 
     def _jit_wait(self) -> int:
         return self.skip if self.skip is not None else STEADY_BLOCK_STEPS
@@ -349,7 +399,8 @@ class _Capture:
             self.window_rule = "time_bound"
             self.window_reason = (
                 f"not steady after {waited:.0f} s ({index} steps; {steady.describe()}): "
-                f"traced from step {index} anyway (--max-wait)"
+                f"{'timed' if self.timing else 'traced'} from step {index} anyway "
+                f"({self.config.get('max_wait_option', '--max-wait')})"
             )
             self.notes.append(self.window_reason)
             return True
@@ -358,7 +409,7 @@ class _Capture:
     def _enter_step_annotation(self, index: int, step_num: int | None) -> None:
         self._exit_step_annotation()
         jax_profiler = sys.modules.get("jax.profiler")
-        if jax_profiler is None:
+        if jax_profiler is None or self.timing is not None:
             return
         stats: dict[str, Any] = {"step_index": index}
         if step_num is not None:
@@ -378,6 +429,12 @@ class _Capture:
     # -- the profiler -------------------------------------------------------------------------
 
     def _start_trace(self) -> bool:
+        if self.timing is not None:
+            # A phase of isolate times steps on the host only: the profiler would slow them.
+            self.trace_start_ns = time.time_ns()
+            self.at_open = self._snapshot()
+            self.phase = _TRACING
+            return True
         try:
             import jax.profiler
 
@@ -411,6 +468,9 @@ class _Capture:
         self.at_close = self._snapshot()
         # Now, while the script's jax.distributed client is surely still up.
         self.distributed = _distributed_info()
+        if self.timing is not None:
+            self.write_report()
+            return
         self.write_status("writing", force=True)
         try:
             import jax.profiler
@@ -568,7 +628,8 @@ class _Capture:
     status_ns = 0
 
     def report(self) -> ChildReportJSON:
-        """What the parent adds to the sidecar (traceinspect.sidecar declares the format)."""
+        """What the parent adds to the sidecar (traceinspect.sidecar declares the format);
+        in a phase of isolate, what the parent times (with ``phase``)."""
         distributed = self.distributed or _distributed_info() or _NOT_DISTRIBUTED
         chosen = self.chosen
         steps: list[StepJSON] = []
@@ -592,7 +653,7 @@ class _Capture:
                         "traced": traced,
                     }
                 )
-        return {
+        report: ChildReportJSON = {
             "step_source": chosen.kind if chosen is not None else None,
             "step_source_detail": chosen.detail if chosen is not None else None,
             "window": {
@@ -629,6 +690,20 @@ class _Capture:
             "process_count": distributed["process_count"],
             "global_arrays": self.global_arrays,
         }
+        if self.timing is not None:
+            cast("PhaseReportJSON", report)["phase"] = {
+                "timing": self.timing,
+                "deadline_s": self.deadline_s,
+                "batches_drawn": self.batches_drawn,
+                "ended_early": self.phase_end,
+                "blocks": [list(b) for b in self.steady.blocks] if self.steady else [],
+                "input_wait_s": round(self.window_input_ns / 1e9, 6),
+                "host_read_s": round(self.window_read_ns / 1e9, 6),
+                "host_reads": self.window_reads,
+                "others_cpu_cores": self._others_cores(),
+                "cpu_count": os.cpu_count(),
+            }
+        return report
 
     def write_report(self) -> None:
         try:
@@ -707,7 +782,31 @@ class _Capture:
                     with contextlib.suppress(OSError, ValueError):
                         workers[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         stages = self.stage_table() if self.stage_table is not None else {}
-        return _Snapshot(wall_ns=wall_ns, cpu_ns=cpu_ns, workers=workers, stages=stages)
+        return _Snapshot(
+            wall_ns=wall_ns,
+            cpu_ns=cpu_ns,
+            workers=workers,
+            stages=stages,
+            # A phase of isolate: how busy other processes kept the machine.
+            machine_busy_s=_machine_busy_s() if self.timing is not None else None,
+            tree_cpu_s=_tree_cpu_s(self.pid) if self.timing is not None else None,
+        )
+
+    def _others_cores(self) -> float | None:
+        """Cores other processes kept busy, on average, over the window: the machine's busy
+        CPU time less this process's and its descendants' (Grain workers included)."""
+        start, stop = self.at_open, self.at_close
+        if start is None or stop is None:
+            return None
+        busy = (start.machine_busy_s, stop.machine_busy_s, start.tree_cpu_s, stop.tree_cpu_s)
+        if any(v is None for v in busy):
+            return None
+        machine0, machine1, ours0, ours1 = cast("tuple[float, float, float, float]", busy)
+        wall_s = (stop.wall_ns - start.wall_ns) / 1e9
+        if wall_s <= 0:
+            return None
+        others_s = machine1 - machine0 - (ours1 - ours0)
+        return round(max(0.0, others_s) / wall_s, 3)
 
     def _stages_measured(self) -> StagesJSON | None:
         """Self time per input-pipeline stage over the window, by where it ran: this

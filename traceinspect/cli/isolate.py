@@ -1,0 +1,114 @@
+"""`traceinspect isolate`: is it the input? The step with free input, the pipeline alone, the
+real step, and the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def _progress(phase: str, index: int, total: int, attempt: int) -> None:
+    from traceinspect.isolate import DESCRIPTIONS
+
+    again = f" again (try {attempt}: other processes kept the machine busy)" if attempt > 1 else ""
+    click.echo(
+        f"traceinspect: phase {index + 1}/{total}: {DESCRIPTIONS[phase]}{again}...", err=True
+    )
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--phase-timeout",
+    "phase_timeout_s",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Time limit of each phase: one not steady by 60% of it is timed anyway, one still "
+    "running at its end gives what it has (and says so).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=3),
+    default=None,
+    help="Steps timed per phase once steady. Default: 20, and at least 1 s.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Runs of each phase, in turn (target, loader, real, target, ...): each figure is "
+    "its phase's best run, as a machine's speed drifts from one run to the next.",
+)
+@click.option(
+    "--tries",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs of a phase when other processes keep the machine busy during it (the "
+    "quietest counts).",
+)
+@click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
+@click.option(
+    "--logdir",
+    default="traceinspect_isolate",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the script's output of each phase goes (target.log, loader.log, real.log: "
+    "the runs that count; the others' in <phase>-run<N>.log).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def isolate(
+    *,
+    phase_timeout_s: float,
+    steps: int | None,
+    rounds: int,
+    tries: int,
+    workers: int | None,
+    logdir: str,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Is it the input? Run the script three ways, unchanged, and compare.
+
+    \b
+    target: the loop's Grain next() returns its first batch every time (no input cost);
+    loader: the first Grain iterator drained alone, no training;
+    real:   the script as it is.
+    Each is timed on the host once steady (20 steps, at least 1 s; no profiler), then
+    stopped; the three run in turn, twice (--rounds), and each figure is its phase's best
+    run; a run that other processes kept busy runs again (--tries). Verdict, with a
+    20% tolerance: loader slower than target: input-bound (with the worker count that
+    should keep up); else real slower than target: sync-bound (a host-device sync each
+    step; host-bound if the loop did not wait on device values); else device-bound. The
+    script must draw its batches from a Grain iterator (DatasetIterator or DataLoader) on
+    its main thread.
+
+    \b
+    Examples:
+      traceinspect isolate -- python train.py --lr 0.1
+      traceinspect isolate --json --phase-timeout 120 -- python -m mypkg.train
+    """
+    from traceinspect.isolate import run_isolate
+    from traceinspect.report.isolate import render_isolation
+
+    progress = _progress if click.get_text_stream("stderr").isatty() else None
+    result = run_isolate(
+        command,
+        phase_timeout_s=phase_timeout_s,
+        steps=steps,
+        rounds=rounds,
+        tries=tries,
+        workers=workers,
+        logdir=logdir,
+        progress=progress,
+    )
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(render_isolation(result))

@@ -1,0 +1,587 @@
+"""Is it the input? ``traceinspect isolate``: the MaxText performance guide's manual recipe,
+run on the user's script unchanged, and its verdict.
+
+Three runs of the script, each under capture's child with host timing only (no profiler,
+:func:`traceinspect.capture.run_phase`), each stopped once its steady steps are timed:
+
+- **target**: the outermost Grain ``next()`` of the training loop returns the first batch it
+  drew, every time. The step with input costing nothing: the pace the pipeline must beat.
+- **loader**: the first such ``next()`` drains its iterator, batch after batch, and never
+  returns to the loop: the script's own pipeline (its workers, threads, buffers) alone.
+- **real**: the script as it is.
+
+Each run's figure is the mean host time per step (per batch for the loader) over capture's
+steady-state window: once block means of the step times agree (``_child.window._Steady``),
+``steps`` steps (default 20) and at least 1 s. The mean, not the median: ``mp_prefetch``
+delivers in bursts, and the mean is the throughput.
+
+The three phases run in turn, ``ROUNDS`` (2) times (target, loader, real, target, loader,
+real), and each phase's figure is its best run (the lowest mean among the runs other
+processes left quiet): a machine's speed drifts from one run to the next, upward, as
+CONTRIBUTING's measurements keep the best of interleaved repeats. On this project's shared
+2-core machine, on a quiet machine by ``/proc/stat``, the same synthetic-data step measured
+8.3 ms in one run and 12.1 ms in another minutes apart, and one round of isolate read a
+target step of 14.7 ms against its own real step of 11.2 ms (``sample_traces/scenarios/
+family/isolate_one_round.json``): one run of each phase cannot resolve 20%.
+
+The verdict (:func:`judge`), with ``T`` target, ``L`` loader and ``R`` real, and the
+tolerance ``TOLERANCE`` (20%):
+
+- ``L > T x 1.20``: **input-bound**. The pipeline alone cannot keep up with the step.
+- else ``R > T x 1.20``: **sync-bound**. The pipeline keeps up and yet the real step is
+  slower than the step with free input: input and the step do not overlap, which is what a
+  host-device sync each step does. The real phase times the loop's host reads of device
+  values (``float(x)``, ``print(x)``, ``.block_until_ready()``, ``jax.device_get``, ...):
+  when they wait less than 20% of ``T`` per step, nothing waits on the device and the
+  verdict is **host-bound** instead (the training thread's own work, or the pipeline's
+  competition for the cores, sets the pace).
+- else **device-bound**: the script runs at the pace of the step with free input.
+
+Why 20%: a cause is called only when it costs more than one run's figures scatter on a
+shared machine. Measured on the scenario family before choosing (``sample_traces/scenarios/
+family/isolate_tolerance.json``, 3 sessions x 3 repeats): with no cause (records from
+memory, no read) ``R / T`` ranged 0.96-1.11 over 9 runs (the pipeline's own 0.3 ms a step on
+the cores XLA's CPU backend uses too costs ~4%), so the worker rule's knee tolerance, 10%,
+called 2 of them host-bound; with a cause ``R / T`` was 1.28-1.82 over 9 runs (a
+``float(loss)`` each step with 5 ms of input on the training thread; 1.28 with another job
+on the machine throughout) and ``L / T`` 2.6-5.4 (one worker waiting 40 ms a batch). 20%
+lies between the two, and is no finer than the target step's own accuracy (within 20% of
+the same model on synthetic data). So a loss of less than 20% to input or to a sync is not
+called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from traceinspect import sidecar as SC
+from traceinspect.analysis.workers import WAITING_SHARE
+from traceinspect.capture import PhaseRun, log_tail, parse_command, run_phase, wait_for_quiet
+from traceinspect.errors import IsolateError, UsageError
+from traceinspect.vocabulary import Verdict
+
+TARGET, LOADER, REAL = "target", "loader", "real"
+PHASES = (TARGET, LOADER, REAL)
+DESCRIPTIONS = {
+    TARGET: "target step (the first batch repeated: no input cost)",
+    LOADER: "loader alone (the first Grain iterator drained, no training)",
+    REAL: "real step (the script as it is)",
+}
+#: Slower than the target by more than this factor counts (derived in the module's docstring).
+TOLERANCE = 1.20
+DEFAULT_PHASE_TIMEOUT_S = 300.0
+# Fewer timed steps than this make no figure.
+MIN_TIMED = 3
+# Other processes keeping more than this share of the machine's cores busy during a phase's
+# window make it run again (TRIES in all; the quietest counts), and a note if it stays busy:
+# the script competed with them for the cores (on XLA's CPU backend its "device" too). On
+# this project's shared 2-core machine, quiet windows measured 0.01-0.14 cores of others'
+# work (the kernel, idle tools), busy ones 0.95-1.02, which slowed the same step 1.7-1.9x
+# (the phases of sample_traces/scenarios/family/isolate_tolerance.json).
+BUSY_OTHERS = 0.15
+TRIES = 3
+#: Runs of each phase, in turn (target, loader, real, target, ...): each figure is its phase's
+#: best run. Derived in the module's docstring.
+ROUNDS = 2
+# Before running a phase again, wait at most this long for other processes to quieten (below
+# BUSY_OTHERS): a run into a busy machine is a run to repeat.
+QUIET_WAIT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseTiming:
+    """One phase's figure: the mean host time per step (per batch for the loader)."""
+
+    phase: str
+    mean_ms: float
+    median_ms: float
+    #: Steps (batches) timed.
+    count: int
+    #: ``steady`` (the steady-state window), ``time_bound`` (not steady by its share of the
+    #: phase's time limit: timed anyway), or ``partial`` (the phase ended before a full
+    #: window: what it had).
+    how: str
+    #: Why the figure is not a full steady window (None when it is).
+    note: str | None
+    #: How steps were found (``grain``, ``annotation``, ``jit``).
+    step_source: str | None
+    step_source_detail: str | None
+    #: Cores other processes of the machine kept busy over the window, on average, and the
+    #: machine's cores.
+    others_cpu_cores: float | None
+    cpu_count: int | None
+    elapsed_s: float
+    #: The script's output in this phase (None when it was not kept).
+    log_path: str | None
+    #: Runs of this phase (one per round, more when other processes kept the machine busy);
+    #: the figure is the best quiet one.
+    tries: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["mean_ms"] = round(self.mean_ms, 3)
+        out["median_ms"] = round(self.median_ms, 3)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What the loop did in the real phase's window, per step, and the pipeline's workers."""
+
+    #: The training thread's time in Grain next() per step (waiting for input).
+    input_wait_ms: float | None
+    #: Its time in host reads of device values per step (float(x), .block_until_ready(), ...).
+    host_read_ms: float | None
+    host_reads_per_step: float | None
+    #: Grain mp_prefetch workers in use (None: not seen).
+    workers: int | None
+    #: The workers' CPU time over their producing time in the loader phase (None: no workers
+    #: measured).
+    workers_cpu_share: float | None
+    #: The cores the script's process may use.
+    cores: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            k: (round(v, 3) if isinstance(v, float) else v)
+            for k, v in dataclasses.asdict(self).items()
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """The three figures, the verdict and why; ``to_dict()`` is ``isolate --json``."""
+
+    target_step_ms: float
+    loader_batch_ms: float
+    real_step_ms: float
+    verdict: Verdict
+    reason: str
+    #: The rule that decided, with the numbers (``"loader > target x 1.20: 42.85 > 10.42 ms"``).
+    rule: str
+    tolerance: float
+    #: Workers that should close an input-bound gap (mp_prefetch in use), else None.
+    suggested_workers: int | None
+    evidence: Evidence
+    phases: tuple[PhaseTiming, ...]
+    command: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target_step_ms": round(self.target_step_ms, 3),
+            "loader_batch_ms": round(self.loader_batch_ms, 3),
+            "real_step_ms": round(self.real_step_ms, 3),
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "rule": self.rule,
+            "tolerance": self.tolerance,
+            "suggested_workers": self.suggested_workers,
+            "evidence": self.evidence.to_dict(),
+            "phases": {p.phase: p.to_dict() for p in self.phases},
+            "command": list(self.command),
+            "notes": list(self.notes),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    reason: str
+    rule: str
+    suggested_workers: int | None
+
+
+def judge(
+    target_ms: float,
+    loader_ms: float,
+    real_ms: float,
+    *,
+    tolerance: float = TOLERANCE,
+    evidence: Evidence | None = None,
+) -> Judgement:
+    """The verdict from the three figures (the rule is in the module's docstring)."""
+    if min(target_ms, loader_ms, real_ms) <= 0:
+        raise UsageError("the three step times must be positive")
+    evidence = evidence or Evidence(None, None, None, None, None, None)
+    t, lo, r = target_ms, loader_ms, real_ms
+    within = f"{tolerance - 1:.0%}"
+    if lo > t * tolerance:
+        rule = f"loader > target x {tolerance:.2f}: {lo:.2f} > {t * tolerance:.2f} ms"
+        reason = (
+            f"The input pipeline alone delivers a batch every {lo:.2f} ms, more than {within} "
+            f"slower than the {t:.2f} ms step the script takes when input costs nothing: the "
+            f"loop waits for input (real step {r:.2f} ms)."
+        )
+        suggested = _suggest_workers(t, lo, evidence.workers)
+        return Judgement(
+            "input-bound", reason + _input_advice(suggested, evidence), rule, suggested
+        )
+    if r > t * tolerance:
+        rule = (
+            f"loader <= target x {tolerance:.2f} ({lo:.2f} <= {t * tolerance:.2f} ms) and "
+            f"real > target x {tolerance:.2f} ({r:.2f} > {t * tolerance:.2f} ms)"
+        )
+        slower = (
+            f"The input pipeline alone keeps up ({lo:.2f} ms per batch against a {t:.2f} ms "
+            f"step with free input), yet the real step takes {r:.2f} ms, {r / t - 1:.0%} more"
+        )
+        waited = evidence.host_read_ms
+        if waited is not None and waited < t * (tolerance - 1):
+            rule += (
+                f", but the loop waited {waited:.2f} ms per step in host reads of device "
+                f"values, less than {within} of the target step"
+            )
+            spent = evidence.input_wait_ms
+            in_next = f" ({spent:.2f} ms per step in Grain next())" if spent is not None else ""
+            reason = (
+                f"{slower}, and the loop hardly waits on the device: no sync. The training "
+                f"thread's own work sets the pace: the pipeline's work on it{in_next}, Python "
+                "and dispatch, or the pipeline's competition for the host's cores. Move input "
+                "work off the training thread (mp_prefetch workers, read threads)."
+            )
+            return Judgement("host-bound", reason, rule, None)
+        reason = (
+            f"{slower}: input and the step do not overlap, as when the loop forces a "
+            "host-device sync every step (print(loss), float(x), .block_until_ready()). Read "
+            "values a step late or every N steps."
+        )
+        if lo > t:
+            reason += (
+                f" The pipeline has little headroom (within {within} of the step), so part "
+                "of the gap may be input."
+            )
+        return Judgement("sync-bound", reason + _sync_evidence(evidence), rule, None)
+    rule = (
+        f"loader <= target x {tolerance:.2f} ({lo:.2f} <= {t * tolerance:.2f} ms) and "
+        f"real <= target x {tolerance:.2f} ({r:.2f} <= {t * tolerance:.2f} ms)"
+    )
+    reason = (
+        f"The real step ({r:.2f} ms) is within {within} of the step with free input "
+        f"({t:.2f} ms), and the pipeline alone keeps up ({lo:.2f} ms per batch): input costs "
+        "the step nothing; the device's work (or the host's dispatch of it) sets the pace."
+    )
+    return Judgement("device-bound", reason, rule, None)
+
+
+def _suggest_workers(target_ms: float, loader_ms: float, workers: int | None) -> int | None:
+    """Workers that should deliver a batch per target step: ``ceil(M x L / T)``, assuming
+    each added worker adds as much as the ones there (workers that wait on reads, not ones
+    that compete for the cores)."""
+    if not workers:
+        return None
+    return math.ceil(workers * loader_ms / target_ms)
+
+
+def _input_advice(suggested: int | None, evidence: Evidence) -> str:
+    workers = evidence.workers
+    if not workers or suggested is None:
+        return (
+            " The pipeline runs in the training process: move it into Grain worker processes "
+            "(mp_prefetch), or give it more read threads."
+        )
+    text = (
+        f" With {workers} mp_prefetch worker(s), about {suggested} should keep up "
+        f"({workers} x loader / target, rounded up), assuming the workers wait on reads "
+        "rather than compete for the cores."
+    )
+    share, cores = evidence.workers_cpu_share, evidence.cores
+    if share is not None and share >= WAITING_SHARE:
+        text += (
+            f" But the workers were on CPU {share:.0%} of the time they produced a batch: "
+            f"CPU-bound workers beyond the {cores or 'available'} cores will not help; make "
+            "the preprocessing cheaper or do it offline."
+        )
+    return text
+
+
+def _sync_evidence(evidence: Evidence) -> str:
+    reads, read_ms = evidence.host_reads_per_step, evidence.host_read_ms
+    if reads is None or read_ms is None:
+        return ""
+    return (
+        f" The loop read device values {reads:.2g} time(s) per step and waited "
+        f"{read_ms:.2f} ms per step in those reads."
+    )
+
+
+# --- running the phases --------------------------------------------------------------------
+
+#: ``progress(phase, index, total, attempt)``: a phase run starts (``index`` of ``total``
+#: runs in the rounds), for the ``attempt``-th time (1 first; more when other processes kept
+#: the machine busy).
+ProgressCallback = Callable[[str, int, int, int], None]
+
+
+def run_isolate(
+    command: Sequence[str],
+    *,
+    phase_timeout_s: float = DEFAULT_PHASE_TIMEOUT_S,
+    steps: int | None = None,
+    workers: int | None = None,
+    logdir: str | Path | None = None,
+    tolerance: float = TOLERANCE,
+    rounds: int = ROUNDS,
+    tries: int = TRIES,
+    progress: ProgressCallback | None = None,
+) -> Isolation:
+    """Run ``command`` (a Python script or module using a Grain iterator) as the target,
+    loader and real phases, ``rounds`` times in turn, and judge.
+
+    Each phase's figure is its best run (the lowest mean; noise on a shared machine is
+    upward), among the runs other processes left quiet when there are any. A run whose
+    window other processes kept busy (more than ``BUSY_OTHERS`` of the machine's cores)
+    runs again, up to ``tries`` times in all, each time once they leave the machine quiet
+    (waiting at most ``QUIET_WAIT_S``). The output of the run that counts goes to
+    ``<logdir>/<phase>.log``, the other runs' to ``<phase>-run<N>.log`` (a temporary folder,
+    removed, when ``logdir`` is None). Raises :class:`~traceinspect.errors.IsolateError`
+    when a phase crashes, the script draws no Grain batch, or a phase times no step;
+    ``CaptureError`` for a command that is not a Python script or module.
+    """
+    if phase_timeout_s <= 0:
+        raise UsageError(f"--phase-timeout must be positive (seconds), got {phase_timeout_s:g}")
+    if steps is not None and steps < MIN_TIMED:
+        raise UsageError(f"--steps must be at least {MIN_TIMED}, got {steps}")
+    if tolerance < 1:
+        raise UsageError(f"the tolerance is a factor of at least 1, got {tolerance:g}")
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    if tries < 1:
+        raise UsageError(f"--tries must be at least 1, got {tries}")
+    parse_command(command)  # a bad command fails before anything runs
+    kept = logdir is not None
+    with tempfile.TemporaryDirectory(prefix="traceinspect-isolate-") as scratch:
+        folder = Path(logdir) if logdir is not None else Path(scratch)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot create '{folder}' ({exc.strerror or exc}): choose another --logdir"
+            ) from None
+        done: dict[str, list[_Run]] = {phase: [] for phase in PHASES}
+        waited_s = 0.0
+        cores = os.cpu_count() or 1
+        total = rounds * len(PHASES)
+        for index in range(total):
+            phase = PHASES[index % len(PHASES)]
+            for attempt in range(1, tries + 1):
+                if attempt > 1:
+                    waited_s += wait_for_quiet(BUSY_OTHERS * cores, QUIET_WAIT_S)
+                if progress is not None:
+                    progress(phase, index, total, attempt)
+                log = folder / f"{phase}-run{len(done[phase]) + 1}.log"
+                run = run_phase(
+                    command,
+                    phase,
+                    timeout_s=phase_timeout_s,
+                    log_path=log,
+                    steps=steps,
+                    workers=workers,
+                )
+                timing = phase_timing(_phase_or_error(run, kept=kept))
+                done[phase].append(_Run(run, timing.mean_ms, _busy(timing)))
+                if _busy(timing) <= BUSY_OTHERS:
+                    break
+        counted = {phase: _counted(runs, folder) for phase, runs in done.items()}
+        busy_runs = {p: sum(r.busy > BUSY_OTHERS for r in runs) for p, runs in done.items()}
+        result = summarize(
+            counted,
+            command=tuple(command),
+            tolerance=tolerance,
+            kept_logs=kept,
+            tries={phase: len(runs) for phase, runs in done.items()},
+        )
+    notes = tuple(
+        f"{phase}: {n} of its runs had other processes keeping the machine busy"
+        for phase, n in busy_runs.items()
+        if n
+    )
+    if waited_s >= 1.0:
+        notes += (f"waited {waited_s:.0f} s in all for other processes to leave the machine quiet",)
+    if notes:
+        result = dataclasses.replace(result, notes=(*result.notes, *notes))
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    run: PhaseRun
+    mean_ms: float
+    busy: float  # the share of the machine's cores other processes kept busy in its window
+
+
+def _counted(runs: Sequence[_Run], folder: Path) -> PhaseRun:
+    """The run that counts: the lowest mean among the quiet runs (all runs when none was
+    quiet); its output becomes ``<phase>.log``."""
+    quiet = [r for r in runs if r.busy <= BUSY_OTHERS] or list(runs)
+    best = min(quiet, key=lambda r: r.mean_ms).run
+    main = folder / f"{best.phase}.log"
+    try:
+        Path(best.log_path).replace(main)
+    except OSError:
+        return best  # the name stays as written; the figure is the same
+    return dataclasses.replace(best, log_path=str(main))
+
+
+def _busy(timing: PhaseTiming) -> float:
+    """The share of the machine's cores other processes kept busy over the phase's window
+    (0 when unknown)."""
+    if timing.others_cpu_cores is None or not timing.cpu_count:
+        return 0.0
+    return timing.others_cpu_cores / timing.cpu_count
+
+
+def _phase_or_error(run: PhaseRun, *, kept: bool) -> PhaseRun:
+    """The run, or the one-line error that says why its phase gave no figure."""
+    record = run.record
+    where = f" (its output: {run.log_path})" if kept else ""
+    crashed = run.exit_code != 0 and not run.stopped
+    stopped_by_us = bool(run.report and run.report.get("stopped_by_traceinspect"))
+    if record is None or (crashed and not stopped_by_us):
+        tail = log_tail(run.log_path)
+        how = f"was killed by {run.exit_signal}" if run.exit_signal else "exited"
+        raise IsolateError(
+            f"the {run.phase} phase: the script {how} with code {run.exit_code} before its "
+            f"steps were timed" + (f": {tail}" if tail else "") + where
+        )
+    if run.phase == TARGET and _phase(run).get("batches_drawn", 0) == 0:
+        found = record.step_source_detail or "no steps found"
+        raise IsolateError(
+            "isolation needs a Grain iterator: the script drew no batch from a Grain "
+            f"iterator on its main thread ({found}); isolate times scripts whose loop feeds "
+            "on grain's DatasetIterator or DataLoader"
+        )
+    return run
+
+
+def _phase(run: PhaseRun) -> SC.PhaseJSON | dict[str, Any]:
+    phase = run.report.get("phase") if run.report is not None else None
+    return phase if phase is not None else {}
+
+
+def summarize(
+    runs: Mapping[str, PhaseRun],
+    *,
+    command: tuple[str, ...] = (),
+    tolerance: float = TOLERANCE,
+    kept_logs: bool = True,
+    tries: Mapping[str, int] | None = None,
+) -> Isolation:
+    """The isolation from the three phases' runs (nothing runs here); ``tries``: how many
+    times each phase ran (the run given is the one that counts)."""
+    tries = tries or {}
+    timings = tuple(
+        dataclasses.replace(
+            phase_timing(runs[phase], kept_log=kept_logs), tries=tries.get(phase, 1)
+        )
+        for phase in PHASES
+    )
+    target, loader, real = (t.mean_ms for t in timings)
+    evidence = _evidence(runs, timings[2])
+    judged = judge(target, loader, real, tolerance=tolerance, evidence=evidence)
+    notes = tuple(f"{t.phase}: {t.note}" for t in timings if t.note)
+    return Isolation(
+        target_step_ms=target,
+        loader_batch_ms=loader,
+        real_step_ms=real,
+        verdict=judged.verdict,
+        reason=judged.reason,
+        rule=judged.rule,
+        tolerance=tolerance,
+        suggested_workers=judged.suggested_workers,
+        evidence=evidence,
+        phases=timings,
+        command=command,
+        notes=notes,
+    )
+
+
+def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
+    """A phase's figure from its report: the steady window's steps, else what it had."""
+    record = run.record
+    if record is None:
+        raise IsolateError(f"the {run.phase} phase wrote no report")
+    phase = _phase(run)
+    window = record.window
+    ended_early = phase.get("ended_early")
+    walls = [s.wall_ms for s in record.steps if s.traced and s.wall_ms is not None]
+    notes: list[str] = []
+    how = "steady"
+    if window is not None and window.rule == "time_bound" and window.reason:
+        how = "time_bound"
+        notes.append(window.reason)
+    if len(walls) < MIN_TIMED or (window is not None and not window.complete):
+        # The phase ended before a full window (its time limit, the script or the iterator
+        # ended): the settled steps it has, the last blocks of the steady-state rule.
+        how = "partial"
+        blocks = [b for b in phase.get("blocks", []) if len(b) == 3]
+        first = int(blocks[-3:][0][0]) if blocks else 1
+        if len(walls) < MIN_TIMED:
+            walls = [s.wall_ms for s in record.steps if s.index >= first and s.wall_ms is not None]
+        ended = ended_early or f"the script {record.data.get('ended') or 'ended'}"
+        notes.append(
+            f"{ended} before a full window: timed {len(walls)} step(s) "
+            + ("of the last blocks" if blocks else "after the first")
+            + (" (not steady)" if window is None or window.first_step is None else "")
+        )
+    others, cpus = phase.get("others_cpu_cores"), phase.get("cpu_count")
+    if others is not None and cpus and others > BUSY_OTHERS * cpus:
+        notes.append(
+            f"other processes kept {others:.1f} of the machine's {cpus} cores busy during "
+            "its window: the figure may be high; run again on a quiet machine"
+        )
+    if len(walls) < MIN_TIMED:
+        seen = len(record.steps)
+        raise IsolateError(
+            f"the {run.phase} phase timed no steady steps ({seen} step(s) seen in "
+            f"{run.elapsed_s:.0f} s): give the script more steps, or a longer --phase-timeout"
+        )
+    return PhaseTiming(
+        phase=run.phase,
+        mean_ms=statistics.fmean(walls),
+        median_ms=statistics.median(walls),
+        count=len(walls),
+        how=how,
+        note="; ".join(notes) or None,
+        step_source=record.step_source,
+        step_source_detail=record.step_source_detail,
+        others_cpu_cores=others,
+        cpu_count=cpus,
+        elapsed_s=run.elapsed_s,
+        log_path=run.log_path if kept_log else None,
+    )
+
+
+def _evidence(runs: Mapping[str, PhaseRun], real: PhaseTiming) -> Evidence:
+    real_phase = _phase(runs[REAL])
+    steps = real.count
+    input_s, read_s = real_phase.get("input_wait_s"), real_phase.get("host_read_s")
+    reads = real_phase.get("host_reads")
+    if real.how == "partial":
+        # Counted over a window that is not the steps timed.
+        input_s = read_s = reads = None
+    records = {p: runs[p].record for p in PHASES}
+    grain = next((r.grain for r in (records[REAL], records[LOADER]) if r and r.grain), None)
+    host = next((r.host for r in records.values() if r and r.host), None)
+    loader = records[LOADER]
+    measured = loader.grain.measured if loader and loader.grain else None
+    share = None
+    if measured is not None:
+        produce = sum(w.produce_s for w in measured.workers)
+        if produce > 0:
+            share = min(1.0, sum(w.cpu_s for w in measured.workers) / produce)
+    return Evidence(
+        input_wait_ms=input_s * 1e3 / steps if input_s is not None else None,
+        host_read_ms=read_s * 1e3 / steps if read_s is not None else None,
+        host_reads_per_step=reads / steps if reads is not None else None,
+        workers=grain.worker_count if grain is not None else None,
+        workers_cpu_share=share,
+        cores=host.cores if host is not None else None,
+    )

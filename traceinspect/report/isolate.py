@@ -1,0 +1,30 @@
+"""An isolation's text: the three figures, the verdict, the rule that decided and why."""
+
+from __future__ import annotations
+
+from traceinspect.isolate import DESCRIPTIONS, LOADER, Isolation, PhaseTiming
+
+_NAMES = {"target": "target step", "loader": "loader batch", "real": "real step"}
+
+
+def _row(timing: PhaseTiming) -> list[str]:
+    unit = "batches" if timing.phase == LOADER else "steps"
+    what = DESCRIPTIONS[timing.phase].split(" (", 1)[1].rstrip(")")
+    how = "" if timing.how == "steady" else f", {timing.how.replace('_', '-')}"
+    return [
+        _NAMES[timing.phase],
+        f"{timing.mean_ms:,.2f} ms",
+        f"({timing.count} {unit}{how}; {what})",
+    ]
+
+
+def render_isolation(result: Isolation) -> str:
+    """The figures as a small table, then the verdict, the rule and any notes."""
+    rows = [_row(t) for t in result.phases]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]}" for r in rows]
+    lines += ["", f"Verdict  {result.verdict}: {result.reason}", f"Rule     {result.rule}"]
+    if result.suggested_workers is not None:
+        lines.append(f"Workers  {result.suggested_workers} (now {result.evidence.workers})")
+    lines += [f"Note     {note}" for note in result.notes]
+    return "\n".join(lines)
