@@ -104,7 +104,8 @@ def test_a_batch_against_the_hosts_devices(tmp_path: Path, records: int, fires: 
     findings, sidecar = _analyze(run_dir)
 
     record = SC.parse(sidecar)
-    assert record.local_devices == 4 and record.grain is not None
+    assert record is not None and record.grain is not None
+    assert record.local_devices == 4
     assert record.grain.batch_size == records
     found = _by_rule(findings, "batch_vs_devices")
     if not fires:
