@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from traceinspect.capture import start_in_own_session
 from traceinspect.errors import UsageError
 from traceinspect.xplane.fs import Location, URLPath
 from traceinspect.xplane.locate import PROFILE_DIR, Located
@@ -116,15 +117,7 @@ class XProfServer:
         ]
         with self.log_path.open("wb") as log:
             try:
-                # A session of its own: the terminal's Ctrl-C reaches only us, and we stop
-                # XProf in order.
-                self.proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                self.proc = start_in_own_session(argv, log)
             except OSError as exc:
                 raise UsageError(f"cannot start XProf ({exc.strerror or exc}).") from None
 

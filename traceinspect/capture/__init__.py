@@ -55,7 +55,14 @@ from traceinspect.capture._child._base import (
     ANNOTATIONS,
 )
 from traceinspect.capture._command import ScriptCommand, parse_command
-from traceinspect.capture._phase import PhaseRun, log_tail, run_phase, wait_for_quiet
+from traceinspect.capture._phase import (
+    PhaseRun,
+    log_tail,
+    run_phase,
+    start_in_own_session,
+    stop_session,
+    wait_for_quiet,
+)
 from traceinspect.capture._runner import (
     STEP_SOURCES,
     CaptureOptions,
@@ -85,5 +92,7 @@ __all__ = [
     "run_capture",
     "run_phase",
     "sidecar_name",
+    "start_in_own_session",
+    "stop_session",
     "wait_for_quiet",
 ]

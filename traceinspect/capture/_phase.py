@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import BinaryIO, cast
 
 from traceinspect import sidecar as SC
 from traceinspect.capture._child import ENTRY, facts
@@ -108,14 +108,7 @@ def run_phase(
         started = time.monotonic()
         with Path(log_path).open("wb") as log:
             try:
-                # A session of its own, so that the script's Grain workers go with it.
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                proc = start_in_own_session(argv, log)
             except OSError as exc:
                 raise CaptureError(f"cannot start {cmd.python!r}: {exc.strerror or exc}") from None
         stopped = _wait_or_stop(proc, timeout_s + _STOP_SLACK_S)
@@ -157,6 +150,20 @@ def _wait_or_stop(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     # Whatever the script left behind (Grain workers of a script that did not stop them).
     _kill_session(proc)
     return False
+
+
+def start_in_own_session(argv: Sequence[str], log: BinaryIO) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with no input and its output (both streams) to ``log``, as the leader of
+    a session of its own: the terminal's Ctrl-C reaches only us, who stop it in order
+    (:func:`stop_session`), and whatever it starts (Grain's workers) goes with its session.
+    Raises ``OSError`` when it cannot start."""
+    return subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stop_session(proc: subprocess.Popen[bytes], grace_s: float) -> None:

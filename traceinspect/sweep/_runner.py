@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect import schema as S
-from traceinspect.capture import CaptureOptions, CaptureResult, log_tail, parse_command
+from traceinspect.capture import (
+    CaptureOptions,
+    CaptureResult,
+    log_tail,
+    parse_command,
+    start_in_own_session,
+    stop_session,
+)
 from traceinspect.errors import CaptureError, TraceInspectError, UsageError
 from traceinspect.sweep._summary import (
     CRASHED,
@@ -209,13 +213,7 @@ def _capture_with_timeout(
         argv = [sys.executable, "-c", _BOOTSTRAP, _PACKAGE_PARENT, str(config_path)]
         with log_path.open("wb") as log:
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                proc = start_in_own_session(argv, log)
             except OSError as exc:
                 raise CaptureError(
                     f"cannot start {sys.executable!r}: {exc.strerror or exc}"
@@ -279,18 +277,9 @@ def _wait(
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the capture process (it passes it on to the script), then kill the session."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s + _WORKER_SLACK_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    # Whatever the killed script left behind (Grain worker processes) goes too.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    """SIGTERM the capture process (it passes it on to the script), then kill the session,
+    and whatever the killed script left behind (Grain worker processes)."""
+    stop_session(proc, grace_s + _WORKER_SLACK_S)
 
 
 def _observed_workers(capture: CaptureResult) -> int | None:
