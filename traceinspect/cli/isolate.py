@@ -4,8 +4,11 @@ real step, and the verdict."""
 from __future__ import annotations
 
 import json
+import sys
 
 import click
+
+from traceinspect.cli._progress import is_terminal
 
 
 def _progress(phase: str, index: int, total: int, attempt: int) -> None:
@@ -97,7 +100,8 @@ def isolate(
     from traceinspect.isolate import run_isolate
     from traceinspect.report.isolate import render_isolation
 
-    progress = _progress if click.get_text_stream("stderr").isatty() else None
+    # Progress only on a terminal, and never with --json (as every command's progress).
+    progress = _progress if not as_json and is_terminal(sys.stderr) else None
     result = run_isolate(
         command,
         phase_timeout_s=phase_timeout_s,
