@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -393,3 +394,22 @@ def test_a_busy_run_runs_again_and_never_counts_over_a_quiet_one(
     assert order == ["target", "target", "loader", "real"]
     assert result.target_step_ms == 10.0 and result.phases[0].tries == 2
     assert result.notes == ("target: 1 of its runs had other processes keeping the machine busy",)
+
+
+def test_a_phase_stuck_on_its_way_out_is_stopped_after_its_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child writes its report, then hangs (as a deadlock at exit would): it is stopped
+    # EXIT_GRACE_S later, long before its time limit; one that exits is left alone.
+    from traceinspect.capture import _phase, start_in_own_session
+
+    monkeypatch.setattr(_phase, "EXIT_GRACE_S", 0.5)
+    report = tmp_path / "report.json"
+    for then, stopped in (("time.sleep(600)", True), ("pass", False)):
+        report.unlink(missing_ok=True)
+        code = f"import pathlib, time; pathlib.Path({str(report)!r}).write_text('{{}}'); {then}"
+        with (tmp_path / "log").open("wb") as log:
+            proc = start_in_own_session([sys.executable, "-c", code], log)
+        started = time.monotonic()
+        assert _phase._wait_or_stop(proc, 300.0, str(report)) is stopped
+        assert proc.returncode is not None and time.monotonic() - started < 20

@@ -41,6 +41,14 @@ WINDOW_SHARE = 0.3
 # after the limit, and the whole session is killed STOP_GRACE_S after that.
 _STOP_SLACK_S = 10.0
 STOP_GRACE_S = 15.0
+# The child writes its report when the phase is over and stops the script, which then only
+# has to exit (Grain's workers shut down in a second or two). One still running this long
+# after is stuck on its way out and is stopped; its report stands. Seen on CPython 3.11: the
+# main thread deadlocked in multiprocessing's resource tracker, entered from a garbage
+# collection of Grain's shared-memory arrays (SharedMemoryArray.__del__ -> unlink ->
+# ResourceTracker.ensure_running) while it held the tracker's lock.
+EXIT_GRACE_S = 20.0
+_POLL_S = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +119,7 @@ def run_phase(
                 proc = start_in_own_session(argv, log)
             except OSError as exc:
                 raise CaptureError(f"cannot start {cmd.python!r}: {exc.strerror or exc}") from None
-        stopped = _wait_or_stop(proc, timeout_s + _STOP_SLACK_S)
+        stopped = _wait_or_stop(proc, timeout_s + _STOP_SLACK_S, config["report_path"])
         elapsed = time.monotonic() - started
         report = _read_phase_report(config["report_path"])
     finally:
@@ -136,13 +144,25 @@ def _read_phase_report(path: str) -> SC.PhaseReportJSON | None:
     return cast(SC.PhaseReportJSON, report) if isinstance(report, dict) else None
 
 
-def _wait_or_stop(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for the phase; stop it past ``timeout_s`` or on Ctrl-C. True if it was stopped."""
+def _wait_or_stop(proc: subprocess.Popen[bytes], timeout_s: float, report_path: str) -> bool:
+    """Wait for the phase; stop it past ``timeout_s``, ``EXIT_GRACE_S`` after the child wrote
+    its report (the phase is over: the script only has to exit), or on Ctrl-C. True if it
+    was stopped."""
+    deadline = time.monotonic() + timeout_s
+    reported_at: float | None = None
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_session(proc, STOP_GRACE_S)
-        return True
+        while True:
+            try:
+                proc.wait(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if reported_at is None and Path(report_path).exists():
+                    reported_at = now
+                stuck = reported_at is not None and now - reported_at >= EXIT_GRACE_S
+                if now >= deadline or stuck:
+                    stop_session(proc, STOP_GRACE_S)
+                    return True
     except KeyboardInterrupt:
         # The script is in a session of its own: the terminal's Ctrl-C did not reach it.
         stop_session(proc, STOP_GRACE_S)
