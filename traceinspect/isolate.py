@@ -386,8 +386,9 @@ def run_isolate(
                     workers=workers,
                 )
                 timing = phase_timing(_phase_or_error(run, kept=kept))
-                done[phase].append(_Run(run, timing.mean_ms, _busy(timing)))
-                if _busy(timing) <= BUSY_OTHERS:
+                busy = _busy(timing)
+                done[phase].append(_Run(run, timing.mean_ms, busy))
+                if busy <= BUSY_OTHERS:
                     break
         counted = {phase: _counted(runs, folder) for phase, runs in done.items()}
         busy_runs = {p: sum(r.busy > BUSY_OTHERS for r in runs) for p, runs in done.items()}
