@@ -80,7 +80,7 @@ DEFAULT_PHASE_TIMEOUT_S = 300.0
 # Fewer timed steps than this make no figure.
 MIN_TIMED = 3
 # Other processes keeping more than this share of the machine's cores busy during a phase's
-# window make it run again (TRIES in all; the quietest counts), and a note if it stays busy:
+# window make it run again (TRIES in all; a busy run never counts over a quiet one), and a note:
 # the script competed with them for the cores (on XLA's CPU backend its "device" too). On
 # this project's shared 2-core machine, quiet windows measured 0.01-0.14 cores of others'
 # work (the kernel, idle tools), busy ones 0.95-1.02, which slowed the same step 1.7-1.9x

@@ -52,8 +52,8 @@ def _progress(phase: str, index: int, total: int, attempt: int) -> None:
     type=click.IntRange(min=1),
     default=3,
     show_default=True,
-    help="Runs of a phase when other processes keep the machine busy during it (the "
-    "quietest counts).",
+    help="Runs of a phase, in a round, while other processes keep the machine busy during "
+    "it (a busy run never counts over a quiet one).",
 )
 @click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
 @click.option(
