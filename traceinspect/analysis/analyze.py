@@ -217,7 +217,7 @@ def _device_and_steps(trace: Trace) -> tuple[DeviceActivity, Steps, Intervals]:
     """The device's activity, the steps, and the busy time (launch gaps closed), or an
     error saying why the trace cannot be analysed."""
     activity = device_activity(trace)
-    if not activity.busy:
+    if not activity.busy or activity.union.total == 0:
         raise AnalysisError(
             f"{trace.path}: no device activity found ({activity.backend.evidence}). "
             "Capture a window where the training loop runs (traceinspect capture -- python "

@@ -5,10 +5,12 @@
   ``XLA Ops``, ``Steps``, name scopes) repeat the same time and are left out.
 - TPU: the ``XLA Ops`` line of each ``/device:TPU:N`` plane; ``XLA Modules`` when a trace
   has no op line.
-- CPU backend: no device plane. XLA runs compiled programs on the host threads
-  ``tf_XLAPjRtCpuClient/*`` and ``tf_XLAEigen/*``; their op and ``ThunkExecutor::Execute``
-  events are the "device" work (one execution is a ``ThunkExecutor::Execute`` and its
-  ``(wait for completion)`` twin on the client thread, with ops on the Eigen threads).
+- CPU backend: no device plane. XLA runs compiled programs on host threads
+  (``tf_XLAPjRtCpuClient/*`` and ``tf_XLAEigen/*`` with jaxlib 0.10, ``tf_XLAExecute/*``
+  and ``tf_XLAEigen/*`` with 0.12; see ``detect.xla_cpu_line_rows``); their op and
+  ``ThunkExecutor::Execute`` events are the "device" work (one execution is a
+  ``ThunkExecutor::Execute`` and its ``(wait for completion)`` twin on the client thread,
+  with ops on the Eigen threads).
   Thread-pool bookkeeping (``ThreadpoolListener::*``), the zero-length ``end: <op>``
   markers and ``H2D Dispatch`` transfers are not work. Programs small enough for XLA to
   run inline on the calling thread show only as that thread's execute calls, which are
@@ -31,10 +33,7 @@ import numpy as np
 
 from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.backends.detect import (
-    BackendInfo,
-    detect_backend,
-)
+from traceinspect.backends.detect import BackendInfo, detect_backend, xla_cpu_line_rows
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
 
@@ -103,8 +102,7 @@ def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]
             ops = on_device & (name == _TPU_OPS)
             out[device] = rows[ops if ops.any() else on_device & (name == _TPU_MODULES)].tolist()
     elif backend.kind == "cpu":
-        xla = np.array([bool(N.XLA_CPU_LINE.match(n)) for n in name], dtype=bool)
-        out["cpu"] = rows[xla & has_events & (plane == "/host:CPU")].tolist()
+        out["cpu"] = xla_cpu_line_rows(trace).tolist()
         if not out["cpu"]:
             out["cpu"] = rows[has_events & (plane == "/host:CPU")].tolist()
     return {device: rows_ for device, rows_ in out.items() if rows_}

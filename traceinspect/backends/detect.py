@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.trace import Trace
@@ -49,10 +51,7 @@ def detect_backend(trace: Trace) -> BackendInfo:
                 devices=tuple(devices),
                 evidence=f"{len(devices)} of {n_planes} /device:{kind}:N planes hold events",
             )
-    lines = trace.lines
-    xla_cpu = lines[
-        (lines[S.EVENT_COUNT] > 0) & lines[S.LINE].astype(str).str.match(N.XLA_CPU_LINE.pattern)
-    ]
+    xla_cpu = xla_cpu_line_rows(trace)
     if len(xla_cpu):
         return BackendInfo(
             kind="cpu",
@@ -72,3 +71,32 @@ def detect_backend(trace: Trace) -> BackendInfo:
         devices=(),
         evidence="no /device:TPU or /device:GPU plane with events and no XLA CPU threads",
     )
+
+
+def xla_cpu_line_rows(trace: Trace) -> np.ndarray:
+    """The host lines (with events) on which XLA's CPU client runs compiled programs.
+
+    By name (:data:`~traceinspect.names.XLA_CPU_LINE`: each jaxlib names these threads its
+    own way), and by content, so that the next renaming does not turn the device's work into
+    idle time: a host thread whose events carry ``hlo_module`` stats (a program's ops) and
+    that dispatches no jitted call (not the Python thread, where tiny programs run inline).
+    """
+    lines = trace.lines
+    on_host = lines[S.PLANE].astype(str).str.startswith("/host:").to_numpy()
+    has_events = lines[S.EVENT_COUNT].to_numpy() > 0
+    named = np.fromiter(
+        (N.XLA_CPU_LINE.match(str(n)) is not None for n in lines[S.LINE]), bool, len(lines)
+    )
+    stats = trace.event_stats
+    if len(stats) and N.HLO_MODULE in stats[S.STAT].cat.categories:
+        op_rows = stats.loc[stats[S.STAT] == N.HLO_MODULE, S.EVENT_ROW].to_numpy()
+        line_of_event = trace.events[S.LINE_ROW].to_numpy()
+        runs_ops = np.zeros(len(lines), dtype=bool)
+        runs_ops[np.unique(line_of_event[op_rows])] = True
+        candidates = np.flatnonzero(runs_ops & ~named & on_host & has_events)
+        for row in candidates.tolist():
+            codes = np.unique(trace.line_events(row).codes)
+            names = trace.events[S.NAME].cat.categories[codes]
+            if not any(N.PJIT.match(str(n)) for n in names):
+                named[row] = True
+    return lines.index.to_numpy()[named & on_host & has_events]
