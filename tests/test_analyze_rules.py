@@ -51,6 +51,7 @@ def test_input_bound_tpu(tmp_path: Path) -> None:
         "sync": 0.0,
         "compile": 0.0,
         "host": 1.5,
+        "runtime": 0.0,
         "unknown": 1.5,
     }
     assert a.busy_fraction == pytest.approx(0.3)
@@ -84,6 +85,7 @@ def test_sync_bound_gpu(tmp_path: Path) -> None:
         "sync": 4.5,
         "compile": 0.0,
         "host": 0.5,
+        "runtime": 0.0,
         "unknown": 0.0,
     }
     assert a.verdict == "sync-bound"
@@ -170,7 +172,14 @@ def test_cli_analyze_json_and_errors(tmp_path: Path) -> None:
 
     data = json.loads(result.stdout)
     assert data["verdict"] == "sync-bound"
-    assert set(data["idle_by_cause_ms"]) == {"input", "sync", "compile", "host", "unknown"}
+    assert set(data["idle_by_cause_ms"]) == {
+        "input",
+        "sync",
+        "compile",
+        "host",
+        "runtime",
+        "unknown",
+    }
     assert data["steps"]["count"] == 3 and data["steps"]["source"] == "StepTraceAnnotation 'train'"
     assert {"step", "start_ms", "duration_ms", "cause", "evidence"} <= set(data["gaps"][0])
     # Per step: wall = busy + idle, and idle split by cause.

@@ -70,6 +70,7 @@ def test_sync_removed(pair: tuple[Analysis, Analysis]) -> None:
         "sync": 1.5,
         "compile": 0.0,
         "host": 0.1667,
+        "runtime": 0.0,
         "unknown": 0.0,
     }
     assert a.idle_by_cause_ms_per_step == {
@@ -77,6 +78,7 @@ def test_sync_removed(pair: tuple[Analysis, Analysis]) -> None:
         "sync": 0.0,
         "compile": 0.0,
         "host": 0.3,
+        "runtime": 0.0,
         "unknown": 0.0,
     }
     assert (b.idle_ms_per_step, a.idle_ms_per_step) == (2.0, 0.3)
@@ -92,6 +94,7 @@ def test_sync_removed(pair: tuple[Analysis, Analysis]) -> None:
         "sync": -1.5,
         "compile": 0.0,
         "host": 0.1333,
+        "runtime": 0.0,
         "unknown": 0.0,
     }
     assert c.finding == (
@@ -181,7 +184,7 @@ def test_cli_sample_pair() -> None:
     lines = text.output.splitlines()
     assert lines[0] == d["finding"]
     assert any(line.split()[:3] == ["Verdict", "sync-bound", "device-bound"] for line in lines)
-    assert any(line.split()[:3] == ["sync", "7.43", "0.00"] for line in lines)
+    assert any(line.split()[:3] == ["sync", "7.40", "0.00"] for line in lines)
 
 
 def test_cli_runs_of_one_logdir(tmp_path: Path) -> None:

@@ -225,7 +225,7 @@ def test_table_text() -> None:
     lines = render_sweep(summarize_sweep(maxtext())).splitlines()
     assert lines[0].split() == [
         "workers", "median", "ms", "p90", "ms", "mean", "ms", "spread", "input", "%", "sync", "%",
-        "compile", "%", "host", "%", "unknown", "%", "verdict",
+        "compile", "%", "host", "%", "runtime", "%", "unknown", "%", "verdict",
     ]  # fmt: skip
     row4 = next(line for line in lines if line.split()[:2] == ["*", "4"])
     assert row4.split()[2:6] == ["4,300.00", "4,400.00", "4,300.00", "0.03"]

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-#: What the training thread was doing while the device sat idle, in the precedence each
-#: idle instant is given to one of them (compile first, unknown last).
-Cause = Literal["input", "sync", "compile", "host", "unknown"]
-CAUSES: Final[tuple[Cause, ...]] = ("input", "sync", "compile", "host", "unknown")
-#: The order in which an idle instant claimed by several causes goes to one.
+#: Why the device sat idle: what the training thread was doing (input, sync, compile, host),
+#: or ``runtime``: the host had already dispatched the device's next program (the runtime's
+#: launch and scheduling latency between programs, which the host does not owe), else
+#: ``unknown``. Runtime claims an idle instant first; then the training thread's activity in
+#: :data:`PRECEDENCE`; the rest is unknown.
+Cause = Literal["input", "sync", "compile", "host", "runtime", "unknown"]
+CAUSES: Final[tuple[Cause, ...]] = ("input", "sync", "compile", "host", "runtime", "unknown")
+#: The order in which an idle instant claimed by several of the training thread's activities
+#: goes to one.
 PRECEDENCE: Final[tuple[Cause, ...]] = ("compile", "sync", "input", "host")
 
 Verdict = Literal[

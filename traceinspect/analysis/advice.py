@@ -11,6 +11,13 @@ def summary_text(
 ) -> str:
     if verdict == "device-bound":
         idle = sum(fractions.values())
+        if fractions["runtime"] >= MATTERS:
+            return (
+                f"The device is busy {1 - idle:.0%} of each step and idles "
+                f"{fractions['runtime']:.0%} between programs the host had already dispatched "
+                f"(the runtime's latency); no cause on the host reaches {MATTERS:.0%} of step "
+                "time."
+            )
         return (
             f"The device is busy {1 - idle:.0%} of each step; no cause of idle time reaches "
             f"{MATTERS:.0%} of step time."
@@ -89,6 +96,16 @@ def recommendations(
                 "The host's own work between steps leaves the device idle: fuse small "
                 "jitted calls into one step function and move logging or checkpointing "
                 "off the training thread.",
+            )
+        )
+    if fractions["runtime"] >= MATTERS:
+        recs.append(
+            Recommendation(
+                "runtime_latency",
+                f"The device idles {fractions['runtime']:.1%} of step time between programs the "
+                "host had already dispatched: each program pays the runtime's launch and "
+                "scheduling latency. Fewer, larger programs pay it less often (one jitted step "
+                "function; lax.scan over repeated layers).",
             )
         )
     if verdict == "device-bound":

@@ -36,6 +36,7 @@ from traceinspect.analysis.input_stages import (
     stage_advice,
     transfer_ns_per_step,
 )
+from traceinspect.analysis.reads import ReadsBehind, reads_behind
 from traceinspect.analysis.result import (
     INPUT_STAGE,
     Analysis,
@@ -94,6 +95,10 @@ def analyze(trace: Trace) -> Analysis:
     )
     work = step_work(trace, steps, work_rows, thread)
     check_own_work(trace, steps, work)
+    # While a program the host already dispatched waits to run, the device's idle time is
+    # the runtime's (launch, scheduling: 5-19 ms between MaxText's steps on a loaded 2-core
+    # CPU, jax 0.12), not the host's.
+    waiting = Intervals.empty() if work is None else work.waiting
     host = training_thread_activity(trace, steps, thread)
     per_step = _per_step(steps, busy, activity, host, work)
     summary_of_steps = step_summary(steps, per_step[S.WALL_NS].to_numpy() / 1e6)
@@ -104,7 +109,7 @@ def analyze(trace: Trace) -> Analysis:
     input_per_step = typical(per_step[S.INPUT_WORK_NS].to_numpy(), summary_of_steps.bursty)
     device_per_step = typical(per_step[S.DEVICE_WORK_NS].to_numpy(), False)
     input_bound = input_per_step > device_per_step and input_per_step > 0
-    gaps = gap_table(steps, busy, host, input_bound, device_per_step)
+    gaps = gap_table(steps, busy, host, input_bound, device_per_step, waiting)
     attach_evidence(gaps, host, input_bound, trace.start_ns)
     attach_sync_sites(gaps, host)
     by_step = gaps.groupby(S.STEP_INDEX)[list(CAUSES)].sum().reindex(range(len(per_step)))
@@ -121,7 +126,9 @@ def analyze(trace: Trace) -> Analysis:
     verdict = _verdict(fractions, per_step)
     sites = sync_sites(gaps)
     window_info, window_note = window_check(trace.sidecar)
+    behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
+    notes += _runtime_notes(behind, fractions)
     stages = input_stages(
         trace.sidecar,
         input_wait_ns_per_step=input_per_step,
@@ -293,6 +300,31 @@ def _verdict(fractions: dict[str, float], per_step: pd.DataFrame) -> _Verdict:
         # Idle time that nothing on the host explains: say so rather than pick a cause.
         top, verdict = "unknown", "unknown"
     return _Verdict(verdict, top, occasional_sync, sync_steps)
+
+
+# Below this share of step time, idle time with a program waiting is not worth a note.
+_RUNTIME_NOTE = 0.01
+
+
+def _runtime_notes(behind: ReadsBehind | None, fractions: dict[str, float]) -> list[str]:
+    """What the device's runtime and reads one step behind cost, besides the verdict."""
+    notes = []
+    if behind is not None and behind.behind and behind.steps_with_behind >= SYNC_RECURS:
+        notes.append(
+            f"The loop reads device values after dispatching the next step ({behind.behind} of "
+            f"{behind.reads} reads, in {behind.steps_with_behind:.0%} of the steps): they wait "
+            f"{behind.wait_ms:.2f} ms a step (median) for the step before to finish while the "
+            "device runs the next, so they hold the host to one step ahead and are no per-step "
+            "sync; "
+            f"the device's idle time after reads is {fractions['sync']:.1%} of step time."
+        )
+    if fractions["runtime"] >= _RUNTIME_NOTE:
+        notes.append(
+            f"The device idled {fractions['runtime']:.1%} of step time with its next program "
+            "already dispatched (runtime: the launch and scheduling latency between programs, "
+            "which the host does not owe)."
+        )
+    return notes
 
 
 def _notes(

@@ -5,6 +5,9 @@ steps are split by what the training thread was doing during them, each instant 
 once, in the precedence of :data:`traceinspect.vocabulary.PRECEDENCE`: compile > sync >
 input > host, and the rest unknown.
 
+An idle instant while a program the host had already dispatched waited to run is the
+runtime's (``runtime``: launch and scheduling latency), whatever the host did meanwhile.
+
 Then the sync rule: a gap that opens when a blocking read of a device value ends
 (``float(loss)``: the host waited for the device to finish, so it could not prepare the
 next step in advance) is *caused by the sync*, even though the host spends it fetching the
@@ -35,14 +38,20 @@ EVIDENCE_GAPS = 200
 
 
 def gap_table(
-    steps: Steps, busy: Intervals, host: HostActivity, input_bound: bool, busy_per_step: float
+    steps: Steps,
+    busy: Intervals,
+    host: HostActivity,
+    input_bound: bool,
+    busy_per_step: float,
+    waiting: Intervals | None = None,
 ) -> pd.DataFrame:
     """Per gap piece: idle time split by cause, with the sync rule applied.
 
     Idle periods are found over the whole analysed window first, so that one period that
     runs across a step boundary (the end of a step and the start of the next) is judged
     as one, then cut at step boundaries so each piece belongs to one step. Vectorised:
-    a GPU trace has as many gaps as kernels.
+    a GPU trace has as many gaps as kernels. ``waiting``: when a program the host had
+    already dispatched waited to run (``runtime`` time, claimed before the host's causes).
     """
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
     periods = busy.complement(lo, hi)
@@ -62,7 +71,10 @@ def gap_table(
     ends[:-1][same] = starts[1:][same]
     step_index = np.searchsorted(steps.starts, starts, side="right") - 1
     # Each instant goes to one cause, in precedence order: compile > sync > input > host.
-    owned = Intervals.claim_in_order([(cause, getattr(host, cause)) for cause in PRECEDENCE])
+    owned = Intervals.claim_in_order(
+        [("runtime", waiting if waiting is not None else Intervals.empty())]
+        + [(cause, getattr(host, cause)) for cause in PRECEDENCE]
+    )
     parts: dict[str, np.ndarray] = {c: iv.overlap_with(starts, ends) for c, iv in owned.items()}
     duration = ends - starts
     parts["unknown"] = duration - sum(parts.values())
@@ -144,6 +156,11 @@ def evidence(
         out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
     if gap["compile"] > 0:
         out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
+    if gap["runtime"] > 0:
+        out.append(
+            f"the device's next program was already dispatched for {gap['runtime'] / 1e6:.2f} "
+            "ms of the gap: the runtime's latency, not the host's"
+        )
     if gap["unknown"] > 0 and not out:
         out.append(
             "no traced activity on the training thread (Python code is invisible with the "
@@ -161,7 +178,7 @@ def attach_evidence(
     # (gaps has a RangeIndex, so labels are positions.)
     longest = gaps[S.DURATION_NS].nlargest(EVIDENCE_GAPS).index
     found: list[list[str]] = [[] for _ in range(len(gaps))]
-    columns = (S.START_NS, S.END_NS, S.PERIOD_START_NS, "compile", "unknown")
+    columns = (S.START_NS, S.END_NS, S.PERIOD_START_NS, "compile", "runtime", "unknown")
     values = {c: gaps[c].to_numpy() for c in columns}
     after_sync = gaps[S.AFTER_SYNC].to_numpy()
     for row in longest.tolist():

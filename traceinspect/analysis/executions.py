@@ -6,7 +6,8 @@ steps. So each step's device work is the work of the programs *it* launched:
 
 - Executions: device work events carrying a ``run_id`` stat (one id per execution), grouped
   by id, named by their ``hlo_module`` stat (``jit_train_step``). On the CPU backend every op
-  carries both; an execution's work is the union of its ops' time.
+  carries both, and the client's wait for the execution to complete carries the id; an
+  execution's work is the union of those events' time: its span.
 - Dispatches: the training thread's outermost ``PjitFunction(<fn>)`` events, in order.
 - Link: the executions of ``jit_<fn>`` run in dispatch order (one device, one queue), so the
   k-th dispatch of ``fn`` ran as the (k + q)-th execution of ``jit_<fn>`` in the trace (in
@@ -24,7 +25,7 @@ inside each step's host window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents, thread_events
+from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
 
 # The offsets tried: the CPU client keeps about 32 executions in flight.
@@ -49,7 +51,20 @@ class StepWork:
     """Device work each step dispatched (ns; NaN where its executions are not in the trace)."""
 
     work_ns: np.ndarray
-    queued: int  # executions of the step program in flight when the trace began
+    queued: int  # steps whose programs were in flight when the trace began
+    #: The step program's linked executions (the jitted function with the most device work),
+    #: in order: the end of each one's dispatch on the training thread (the start of the trace
+    #: for those dispatched before it), and its start and end on the device.
+    dispatched_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    exec_start_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    exec_end_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def waiting(self) -> Intervals:
+        """When the device had a program waiting: from each dispatch's end to its execution's
+        start. Idle time then is the runtime's (launch, scheduling), not the host's."""
+        lo, hi = self.dispatched_ns, self.exec_start_ns
+        return Intervals.union_of(lo[lo < hi], hi[lo < hi])
 
     @property
     def linked(self) -> int:
@@ -67,9 +82,32 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     on_work = np.isin(ev.loc[ids[S.EVENT_ROW].to_numpy(), S.LINE_ROW].to_numpy(), work_rows)
     ids = ids[on_work]
     modules = stats.loc[stats[S.STAT] == N.HLO_MODULE, [S.EVENT_ROW, S.STR_VALUE]]
-    frame = ids.merge(modules, on=S.EVENT_ROW, how="inner")
-    if frame.empty:
+    named = ids.merge(modules, on=S.EVENT_ROW, how="inner")
+    if named.empty:
         return pd.DataFrame()
+    # The events of an execution that name no program (the CPU client's ``ThunkExecutor::
+    # Execute (wait for completion)``, which spans the whole execution: jaxlib 0.12 runs
+    # parts of a program on threads it does not trace, seen as hundreds of ms without an op
+    # inside one MaxText step) take the program of their run id's ops, where only one
+    # program has that id.
+    named_rows = named[S.EVENT_ROW].to_numpy()
+    named_ids = named[S.INT_VALUE].to_numpy()
+    named_modules = named[S.STR_VALUE].astype(str).to_numpy()
+    per_id = pd.DataFrame({"id": named_ids, "module": named_modules}).groupby("id")["module"]
+    counts = per_id.nunique()
+    module_of = per_id.first()[counts == 1]
+    unnamed = ids[~ids[S.EVENT_ROW].isin(named_rows)]
+    unnamed_modules = unnamed[S.INT_VALUE].map(module_of)
+    keep = unnamed_modules.notna().to_numpy()
+    frame = pd.DataFrame(
+        {
+            S.EVENT_ROW: np.concatenate((named_rows, unnamed[S.EVENT_ROW].to_numpy()[keep])),
+            S.INT_VALUE: np.concatenate((named_ids, unnamed[S.INT_VALUE].to_numpy()[keep])),
+            S.STR_VALUE: np.concatenate(
+                (named_modules, unnamed_modules.to_numpy()[keep].astype(str))
+            ),
+        }
+    )
     rows = frame[S.EVENT_ROW].to_numpy()
     starts = ev[S.START_NS].to_numpy()[rows]
     frame = pd.DataFrame(
@@ -80,8 +118,8 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
             S.END_NS: starts + ev[S.DURATION_NS].to_numpy()[rows],
         }
     )
-    # Each execution's work is the union of its ops' time (ops of one execution overlap on
-    # several threads): per execution, sorted by start, an op opens a new merged span when
+    # Each execution's work is the union of its events' time (ops of one execution overlap
+    # on several threads): per execution, sorted by start, an op opens a new merged span when
     # it starts after every earlier op of that execution has ended.
     frame = frame.sort_values([N.RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
     keys = frame.groupby([N.RUN_ID, "module"], sort=False).ngroup().to_numpy()
@@ -143,11 +181,13 @@ def step_work(
         fn_of_name[code] = m.group("fn") if m else None
     call_starts, call_ends = main.starts[positions], main.end_at(positions)
     outer = ~nested_spans(call_starts, call_ends)
-    call_starts = call_starts[outer]
+    call_starts, call_ends = call_starts[outer], call_ends[outer]
     fn = fn_of_name[main.codes[positions[outer]]]
     work = np.zeros(len(steps), dtype=float)
     found = False
     queued = 0
+    # Per function: its total device work in the steps, and its linked executions.
+    linked: list[tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
     step_of = np.searchsorted(steps.starts, call_starts, side="right") - 1
     inside = (step_of >= 0) & (call_starts < steps.ends[np.maximum(step_of, 0)])
     for name in pd.unique(fn):
@@ -162,14 +202,34 @@ def step_work(
         if len(t) + q - len(runs) > _MAX_UNMATCHED:
             return None
         found = True
-        if np.any(inside[where]):
-            queued = max(queued, q)
+        calls = int(np.sum(inside[where]))
+        # Calls a step: a function called 4 times a step with 4 calls queued is a step ahead.
+        per_step = max(1, round(calls / len(steps)))
+        if calls:
+            queued = max(queued, -(-q // per_step))
         k = np.arange(len(t)) + q
         have = k < len(runs)
+        # Dispatches left without an execution are those still queued when the trace stopped:
+        # about as many as were queued when it began. More, and some executions are missing
+        # from the device's lines (tiny programs run inline on the calling thread: the
+        # op-by-op scenario's 40 calls of one function had 30), so the order links some
+        # calls to later executions: not kept.
+        # Each execution was dispatched when its call ended; those queued before the trace
+        # began, before the trace's start.
+        dispatched = np.concatenate((np.full(q, trace.start_ns), call_ends[where][have]))
+        ran = np.concatenate((np.arange(q), k[have]))
+        execs_ran = (runs[S.START_NS].to_numpy()[ran], runs[S.END_NS].to_numpy()[ran])
         per_call = np.where(have, runs["work_ns"].to_numpy()[np.minimum(k, len(runs) - 1)], np.nan)
         s = step_of[where]
         ok = inside[where]
         np.add.at(work, s[ok], per_call[ok])
+        if len(t) + q - len(runs) <= q + 2 * per_step:
+            linked.append((float(np.nansum(per_call[ok])), (dispatched, *execs_ran)))
     if not found:
         return None
-    return StepWork(work_ns=work, queued=queued)
+    # The step program's executions: the function with the most device work. Tiny programs
+    # beside it (a learning-rate schedule, metrics) link less surely: they run in bursts and
+    # partly inline, and one mislinked call would make an idle gap look like waiting work.
+    empty = np.empty(0, np.int64)
+    dispatched, starts, ends = max(linked, key=lambda x: x[0])[1] if linked else (empty,) * 3
+    return StepWork(work, queued, dispatched, starts, ends)

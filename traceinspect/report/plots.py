@@ -42,6 +42,7 @@ CAUSE_COLORS: dict[str, str] = {
     "sync": "#D55E00",  # vermillion
     "compile": "#CC79A7",  # reddish purple
     "host": "#009E73",  # bluish green
+    "runtime": "#E69F00",  # orange: the device's side, its next program already dispatched
     "unknown": "#BBBBBB",  # light grey: nothing known about it
 }
 BUSY_COLOR = "#4D4D4D"
