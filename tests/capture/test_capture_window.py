@@ -22,9 +22,11 @@ def _default_capture(logdir: Path, *args: str) -> tuple[object, dict]:  # type: 
 def test_the_default_window_opens_once_steady_and_measures_the_worker(tmp_path: Path) -> None:
     # One worker makes each batch of 16 records, 2 ms each (on 2 read threads): ~16 ms a batch,
     # far slower than the tiny model's step, so the loop is paced by its input once the
-    # batches buffered during compilation are used up.
+    # batches buffered during compilation are used up. 300 steps (~5 s): blocks of 0.5 s are
+    # ~29 steps, and the rule waits past blocks whose means move one way (on a steady ~17.5 ms
+    # pace, noise made 17.4, 17.6, 18.7 ms: the window opened at step 184).
     result, sidecar = _default_capture(
-        tmp_path / "logs", "--steps", "200", "--delay-ms", "2", "--workers", "1"
+        tmp_path / "logs", "--steps", "300", "--delay-ms", "2", "--workers", "1"
     )
     assert result.exit_code == 0 and not result.partial  # type: ignore[attr-defined]
     window = sidecar["window"]
@@ -41,7 +43,7 @@ def test_the_default_window_opens_once_steady_and_measures_the_worker(tmp_path: 
     assert window["reason"].endswith(f"traced from step {window['first_step']}")
     # Every step of the run is kept, before, in and after the window.
     steps = sidecar["steps"]
-    assert [s["index"] for s in steps] == list(range(200))
+    assert [s["index"] for s in steps] == list(range(300))
     assert sum(s["traced"] for s in steps) == traced
     # The worker measured over the window: it made the batches the loop drew, and spent the
     # window producing them (its 2 read threads sleep, so little of it on CPU).

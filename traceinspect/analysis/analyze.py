@@ -51,6 +51,7 @@ from traceinspect.analysis.training_thread import (
     training_thread_activity,
 )
 from traceinspect.analysis.window import (
+    FEW_STEPS,
     check_own_work,
     drop_contextless_first_step,
     median,
@@ -128,7 +129,7 @@ def analyze(trace: Trace) -> Analysis:
     window_info, window_note = window_check(trace.sidecar)
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
-    notes += _runtime_notes(behind, fractions)
+    notes += _runtime_notes(behind, fractions, summary_of_steps.typical_ms)
     stages = input_stages(
         trace.sidecar,
         input_wait_ns_per_step=input_per_step,
@@ -306,10 +307,17 @@ def _verdict(fractions: dict[str, float], per_step: pd.DataFrame) -> _Verdict:
 _RUNTIME_NOTE = 0.01
 
 
-def _runtime_notes(behind: ReadsBehind | None, fractions: dict[str, float]) -> list[str]:
-    """What the device's runtime and reads one step behind cost, besides the verdict."""
+def _runtime_notes(
+    behind: ReadsBehind | None, fractions: dict[str, float], step_ms: float
+) -> list[str]:
+    """What the device's runtime and reads one step behind cost, besides the verdict (the
+    reads when they recur and hold the host a share of the step that matters)."""
     notes = []
-    if behind is not None and behind.behind and behind.steps_with_behind >= SYNC_RECURS:
+    if (
+        behind is not None
+        and behind.steps_with_behind >= SYNC_RECURS
+        and behind.wait_ms >= MATTERS * step_ms
+    ):
         notes.append(
             f"The loop reads device values after dispatching the next step ({behind.behind} of "
             f"{behind.reads} reads, in {behind.steps_with_behind:.0%} of the steps): they wait "
@@ -376,6 +384,14 @@ def _notes(
         )
     if window_note:
         notes.append(window_note)
+    elif trace.sidecar is None and len(steps) < FEW_STEPS:
+        notes.append(
+            f"Only {len(steps)} complete steps, and nothing says whether they are steady: a "
+            "window opened right after compilation holds warm-up steps (MaxText profiles 5 "
+            "steps from step 1 by default). For a verdict that holds, trace more steps later "
+            "in the run (MaxText: skip_first_n_steps_for_profiler=20 profiler_steps=20), or "
+            "traceinspect capture, which waits until the run is steady."
+        )
     if len(trace.hosts) > 1:
         notes.append(
             f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "

@@ -22,6 +22,13 @@ from traceinspect.trace import Trace
 # family's bursty runs: 1.5-3; steady runs: 0.05-0.4). Then throughput (the mean) is what a
 # step costs, and the verdict and the worker count use it.
 BURSTY_SPREAD = 1.0
+# Bursts are told from at least this many steps (a block of capture's steady-state rule):
+# fewer, and p10 and p90 are single steps; one warm-up step in MaxText's own 5-step profile
+# (15.8 ms against 436 ms) read as bursts.
+BURSTY_MIN_STEPS = 8
+# A trace without capture's sidecar and with fewer steps than this says nothing about
+# whether its window was steady (MaxText profiles 5 steps from step 1 by default).
+FEW_STEPS = 10
 # Below this share of steps with their own device work found, the window holds none.
 MIN_LINKED = 0.5
 
@@ -54,7 +61,9 @@ def step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
         dropped=steps.dropped,
         mean_ms=round(mean, 4),
         p10_ms=round(p10, 4),
-        bursty=bool(mean > 0 and (p90 - p10) / mean > BURSTY_SPREAD),
+        bursty=bool(
+            len(wall_ms) >= BURSTY_MIN_STEPS and mean > 0 and (p90 - p10) / mean > BURSTY_SPREAD
+        ),
     )
 
 

@@ -182,6 +182,8 @@ def recommend_workers(inputs: WorkerInputs) -> Recommendation:
 
 def _message(rec: dict[str, Any]) -> str:
     current = "unknown" if rec["current"] is None else rec["current"]
+    if rec["value"] is None:
+        return f"No change to grain_worker_count is needed: {rec['reason']}."
     if rec["value"] == (rec["current"] or 0):
         head = f"Keep grain_worker_count at {rec['value']}"
     else:
@@ -216,12 +218,27 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         rec["reason"] = (
             f"the run is sync-bound and input work per step ({inputs.input_wait_ms:.2f} ms) "
             f"already fits in the device's {d:.2f} ms, so more workers would not help; "
-            f"remove the per-step sync first{assumption}"
+            "remove the per-step sync first"
         )
+        if assumed:
+            rec["value"] = None
+            rec["reason"] += "; this trace does not say how many Grain workers the run uses"
         rec["bounded_by"] = "measurement"
         return rec
     if inputs.measured is not None:
         return _from_measurement(inputs, rec, inputs.measured)
+    if inputs.verdict != "input-bound" and assumed:
+        # Nothing says how many workers the run uses: no count to keep or change.
+        rec["value"] = None
+        rec["reason"] = (
+            f"batches are ready when the device needs them (waiting "
+            f"{inputs.input_wait_ms:.2f} ms/step for input against {d:.2f} ms of device "
+            "work); this trace does not say how many Grain workers the run uses, nor how many "
+            "fewer would keep up: traceinspect capture measures them, traceinspect sweep "
+            "times each count"
+        )
+        rec["bounded_by"] = "measurement"
+        return rec
     if inputs.verdict != "input-bound":
         where = f"{m} worker process(es)" if m else "the training process"
         rec["reason"] = (

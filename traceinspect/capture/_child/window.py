@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -80,7 +81,9 @@ _STATUS_EVERY_NS = 250_000_000
 # Host step times are cut into blocks of at least STEADY_BLOCK_STEPS steps (twice the Grain
 # worker count when larger: mp_prefetch delivers in bursts of about one batch per worker) and
 # at least STEADY_BLOCK_S seconds. The run is steady once the mean step time of the last
-# STEADY_BLOCKS blocks agrees within STEADY_TOLERANCE (largest / smallest). Step 0 (tracing and
+# STEADY_BLOCKS blocks agrees within STEADY_TOLERANCE (largest / smallest) and does not move
+# one way (each block faster than the last, or each slower: still settling, however close;
+# MaxText at 4 workers opened on 546.6, 421.8, 406.9 ms). Step 0 (tracing and
 # compiling) is never in a block. Measured on the scenario family (sample_traces/scenarios/
 # family): a loop that never waits dispatches ~30 steps in 0.1-1 ms each while the CPU client's
 # queue and the prefetch buffers fill, then settles; settled blocks differ by 3-20% on a shared
@@ -160,24 +163,43 @@ class _Steady:
             self.blocks.append((first, last - 1, span / (last - first) / 1e6))
             self.block_start = last
 
+    def _last_means(self) -> list[float]:
+        return [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
+
+    def trend(self) -> str | None:
+        """ "falling" or "rising" when the last blocks' means move one way, else None."""
+        means = self._last_means()
+        if len(means) < STEADY_BLOCKS:
+            return None
+        pairs = list(itertools.pairwise(means))
+        if all(b < a for a, b in pairs):
+            return "falling"
+        if all(b > a for a, b in pairs):
+            return "rising"
+        return None
+
     def is_steady(self) -> bool:
-        if len(self.blocks) < STEADY_BLOCKS:
+        means = self._last_means()
+        if len(means) < STEADY_BLOCKS or self.trend() is not None:
             return False
-        means = [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
         return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
 
     def _means(self) -> str:
-        return ", ".join(f"{b[2]:.1f}" for b in self.blocks[-STEADY_BLOCKS:])
+        return ", ".join(f"{m:.1f}" for m in self._last_means())
 
     def describe(self) -> str:
         means = self._means()
-        return f"mean step of the last blocks {means} ms" if means else "no complete block"
+        if not means:
+            return "no complete block"
+        trend = self.trend()
+        still = f", still {trend}" if trend else ""
+        return f"mean step of the last blocks {means} ms{still}"
 
     def reason(self, index: int) -> str:
         first = self.blocks[-STEADY_BLOCKS][0]
         return (
             f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
-            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other "
+            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other, not moving one way "
             f"({self._means()} ms); traced from step {index}"
         )
 
