@@ -5,6 +5,7 @@ Run from the repository root (each subcommand writes what it finds under this fo
     python sample_traces/scenarios/family/make_family.py measure [--repeats 3]
     python sample_traces/scenarios/family/make_family.py capture
     python sample_traces/scenarios/family/make_family.py verify --repeats 10 [NAME ...]
+    python sample_traces/scenarios/family/make_family.py auto
 
 ``measure`` times every scenario **without the profiler**: the record family (``io``,
 ``cpu``, ``mix``) at 1, 2, 3, 4, 6 and 8 Grain workers, and the read family (how the loss is
@@ -16,13 +17,16 @@ It writes ``measurements.json`` and the tables in ``MEASUREMENTS.md``.
 
 ``capture`` runs ``traceinspect capture`` with **no options** on the bundled scenarios and
 keeps each trace and sidecar in ``<name>/``. ``verify`` captures a scenario ``--repeats``
-times into a temporary directory and prints each verdict and recommendation.
+times into a temporary directory and prints each verdict and recommendation (``--out``:
+also as JSON, with the stack). ``auto`` prints the worker count Grain's
+``pick_performance_config`` picks for each record kind (MaxText's ``grain_worker_count=-1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import shutil
 import statistics
 import subprocess
@@ -75,7 +79,7 @@ def run_plain(name: str, steps: int = STEPS) -> float:
     return (starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP)
 
 
-def measure(repeats: int) -> dict[str, Any]:
+def measure(repeats: int, out: Path | None = None) -> dict[str, Any]:
     names = [f"{r}_w{w}" for r in RECORDS for w in WORKERS]
     names += [f"read_{read}_w{w}" for read in READS for w in (0, 2)]
     runs: dict[str, list[float]] = {n: [] for n in names}
@@ -83,12 +87,12 @@ def measure(repeats: int) -> dict[str, Any]:
         for name in names:
             runs[name].append(round(run_plain(name), 3))
             print(f"repeat {repeat + 1}/{repeats} {name}: {runs[name][-1]:.2f} ms", flush=True)
-    return summarize(runs)
+    return summarize(runs, out)
 
 
-def summarize(runs: dict[str, list[float]]) -> dict[str, Any]:
+def summarize(runs: dict[str, list[float]], out: Path | None = None) -> dict[str, Any]:
     """Best of the repeats per configuration, and each record kind's knee; written to
-    ``measurements.json``."""
+    ``out`` (default ``measurements.json``, with the stack it ran on)."""
     best = {n: min(v) for n, v in runs.items() if v}
     knees = {}
     for record in RECORDS:
@@ -96,7 +100,7 @@ def summarize(runs: dict[str, list[float]]) -> dict[str, Any]:
         if times:
             fastest = min(times.values())
             knees[record] = min(w for w, t in times.items() if t <= fastest * (1 + WITHIN))
-    out = {
+    result = {
         "steps": STEPS,
         "warmup": WARMUP,
         "repeats": max(len(v) for v in runs.values()),
@@ -105,19 +109,57 @@ def summarize(runs: dict[str, list[float]]) -> dict[str, Any]:
         "best_ms": best,
         "runs_ms": runs,
         "knees": knees,
+        "stack": stack(),
     }
-    (HERE / "measurements.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    return out
+    path = out or HERE / "measurements.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
 
 
-def summarize_log(path: Path) -> dict[str, Any]:
+def stack() -> dict[str, str]:
+    """The Python, jax, jaxlib and Grain the family ran on."""
+    import importlib.metadata as md
+
+    found = {"python": platform.python_version()}
+    for name in ("jax", "jaxlib", "grain"):
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def auto_counts(ram_budget_mb: int) -> dict[str, int]:
+    """What Grain's ``pick_performance_config`` (MaxText's ``grain_worker_count=-1``) picks for
+    each record kind's pipeline: its RAM budget alone, capped at the CPU count."""
+    sys.path.insert(0, str(HERE))
+    import grain
+    import train_family
+
+    counts = {}
+    for record in RECORDS:
+        wait_ms, cpu_ms = train_family.RECORD_COSTS[record]
+        ds = (
+            grain.MapDataset.source(train_family.Records(64 * train_family.RECORDS_PER_BATCH))
+            .map(train_family.Parse(wait_ms, cpu_ms))
+            .batch(train_family.RECORDS_PER_BATCH, drop_remainder=True)
+            .to_iter_dataset()
+        )
+        config = grain.experimental.pick_performance_config(
+            ds, ram_budget_mb=ram_budget_mb, max_workers=None, max_buffer_size=None
+        )
+        counts[record] = config.multiprocessing_options.num_workers
+    return counts
+
+
+def summarize_log(path: Path, out: Path | None = None) -> dict[str, Any]:
     """``summarize`` from the lines ``measure`` printed (``repeat i/n NAME: X ms``)."""
     runs: dict[str, list[float]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("repeat ") and line.endswith(" ms"):
             name, value = line.split(" ", 2)[2].rsplit(": ", 1)
             runs.setdefault(name, []).append(float(value.removesuffix(" ms")))
-    return summarize(runs)
+    return summarize(runs, out)
 
 
 def capture(name: str, logdir: Path) -> Path:
@@ -154,7 +196,8 @@ def keep(name: str) -> None:
         print(f"{name}: {analyze(target)['verdict']}", flush=True)
 
 
-def verify(names: list[str], repeats: int) -> None:
+def verify(names: list[str], repeats: int, out: Path | None = None) -> None:
+    found: dict[str, list[tuple[str, int | None]]] = {}
     for name in names:
         verdicts = []
         for _ in range(repeats):
@@ -168,6 +211,10 @@ def verify(names: list[str], repeats: int) -> None:
             print(f"{name}: {verdicts[-1]}", flush=True)
         counts = statistics.multimode(v for v, _ in verdicts)
         print(f"== {name}: {verdicts} (most common {counts})", flush=True)
+        found[name] = verdicts
+        if out is not None:
+            record = {"stack": stack(), "repeats": repeats, "verdict_and_workers": found}
+            out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 BUNDLED = [
@@ -189,25 +236,32 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--repeats", type=int, default=3)
+    m.add_argument("--out", type=Path, help="where to write (default measurements.json)")
     c = sub.add_parser("capture")
     c.add_argument("names", nargs="*", default=BUNDLED)
     s = sub.add_parser("summarize", help="measurements.json from a log of `measure`")
     s.add_argument("log", type=Path)
+    s.add_argument("--out", type=Path, help="where to write (default measurements.json)")
+    a = sub.add_parser("auto", help="Grain's pick_performance_config count per record kind")
+    a.add_argument("--ram-budget-mb", type=int, default=1024, help="MaxText's default: 1024")
     v = sub.add_parser("verify")
     v.add_argument("--repeats", type=int, default=10)
     v.add_argument("names", nargs="+")
+    v.add_argument("--out", type=Path, help="also write every verdict and count as JSON")
     args = parser.parse_args()
     if args.command == "measure":
-        out = measure(args.repeats)
+        out = measure(args.repeats, args.out)
         print(json.dumps({"best_ms": out["best_ms"], "knees": out["knees"]}, indent=1))
+    elif args.command == "auto":
+        print(json.dumps(auto_counts(args.ram_budget_mb)))
     elif args.command == "summarize":
-        out = summarize_log(args.log)
+        out = summarize_log(args.log, args.out)
         print(json.dumps({"best_ms": out["best_ms"], "knees": out["knees"]}, indent=1))
     elif args.command == "capture":
         for name in args.names:
             keep(name)
     else:
-        verify(args.names, args.repeats)
+        verify(args.names, args.repeats, args.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""MaxText's own training loop as a real client: default captures, checked against the truth
+measured without any profiler in the same test, on this machine.
+
+Needs MaxText and its training path (Python >= 3.12): ``nox -s maxtext`` makes that
+environment and runs this file (CI does, with TRACEINSPECT_MAXTEXT=require, so a broken
+install fails instead of skipping). Elsewhere it skips: ``pytest -m 'not maxtext'`` leaves it
+out by name. The runs and configurations: ``sample_traces/maxtext/maxtext_runs.py``.
+
+- ``tiny``: compute-bound (the step time does not depend on the worker count): a default
+  capture at 1 worker is device-bound, its busy share within 10 points of the programs'
+  execution spans, and no advice MaxText already follows (its metric logger reads the
+  previous step's metrics); at 4 workers the advice is fewer, whose measured step is within
+  15% of the best.
+- ``heavy``: input-bound at 1 worker (sentencepiece on 300,000-word records): a default
+  capture says so, and recommends a count whose measured step is within 15% of the best and
+  at most the knee + 2.
+- MaxText's own profile (``profiler=xplane``, its defaults: skip 1 step, profile 5) gives a
+  verdict, or a refusal that names what to set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import traceinspect
+from traceinspect.analysis.result import Analysis, Recommendation
+from traceinspect.errors import AnalysisError
+
+pytestmark = [pytest.mark.slow, pytest.mark.maxtext]
+
+RUNS = Path(__file__).resolve().parents[2] / "sample_traces" / "maxtext" / "maxtext_runs.py"
+# Within this of the best measured step, a recommended count is as good as the best.
+WITHIN = 0.15
+# Truth runs: MaxText's steps from WARMUP on; captures: enough steps for the default window.
+PLAIN_STEPS = 40
+CAPTURE_STEPS = {"tiny": 80, "heavy": 120}
+
+
+def _maxtext_or_skip() -> None:
+    if importlib.util.find_spec("maxtext") is not None:
+        return
+    if os.environ.get("TRACEINSPECT_MAXTEXT") == "require":
+        pytest.fail("MaxText is not importable in the environment this test must run in")
+    pytest.skip("MaxText is not installed here: `nox -s maxtext` runs this test")
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[ModuleType]:
+    _maxtext_or_skip()
+    spec = importlib.util.spec_from_file_location("maxtext_runs", RUNS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["maxtext_runs"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["maxtext_runs"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("maxtext-data")
+
+
+def _capture(runs: ModuleType, name: str, workers: int, data: Path, logdir: Path) -> Analysis:
+    config = runs.CONFIGS[name]
+    done = runs.capture(config, data, workers, CAPTURE_STEPS[name], logdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = {p.parent for p in logdir.glob("plugins/profile/*/*.xplane.pb")}
+    return traceinspect.analyze(traceinspect.load(run_dir))
+
+
+def _workers(analysis: Analysis) -> Recommendation:
+    (rec,) = [r for r in analysis.recommendations if r.kind == "grain_worker_count"]
+    return rec
+
+
+def _step_at(
+    runs: ModuleType, name: str, data: Path, out: Path, truth: dict[int, float], workers: int
+) -> float:
+    if workers not in truth:
+        truth[workers] = runs.run_plain(runs.CONFIGS[name], data, workers, PLAIN_STEPS, out)
+    return truth[workers]
+
+
+def test_tiny_config_is_device_bound_and_gets_no_advice_it_follows(
+    runs: ModuleType, data_dir: Path, tmp_path: Path
+) -> None:
+    config = runs.CONFIGS["tiny"]
+    data = runs.data_file(config, data_dir)
+    truth = {w: runs.run_plain(config, data, w, PLAIN_STEPS, tmp_path / "plain") for w in (1, 4)}
+    # The premise: the step does not depend on the worker count.
+    assert max(truth.values()) <= min(truth.values()) * (1 + WITHIN), truth
+
+    a = _capture(runs, "tiny", 1, data, tmp_path / "w1")
+    spans = runs.execution_busy_share(Path(a.path))
+    assert a.verdict == "device-bound", (a.summary, a.notes)
+    assert abs(a.busy_fraction - spans) <= 0.10, (a.busy_fraction, spans)
+    kinds = [r.kind for r in a.recommendations]
+    assert "remove_sync" not in kinds, a.recommendations
+    assert not any("previous step" in r.message for r in a.recommendations)
+    assert _workers(a).value in (None, 1), _workers(a)
+
+    # At 4 workers, idle ones: fewer, and the step it expects holds when measured.
+    a4 = _capture(runs, "tiny", 4, data, tmp_path / "w4")
+    rec = _workers(a4)
+    assert rec.value is not None and rec.value < 4, rec
+    assert rec.reason is not None and "fewer worker(s) keep up" in rec.reason
+    step = _step_at(runs, "tiny", data, tmp_path / "plain", truth, rec.value)
+    assert step <= min(truth.values()) * (1 + WITHIN), (rec.value, truth)
+
+
+def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
+    runs: ModuleType, data_dir: Path, tmp_path: Path
+) -> None:
+    config = runs.CONFIGS["heavy"]
+    data = runs.data_file(config, data_dir)
+    truth = {w: runs.run_plain(config, data, w, PLAIN_STEPS, tmp_path / "plain") for w in (1, 2, 4)}
+    knee = runs.knee(truth)
+    # The premise: one worker holds the step back.
+    assert truth[1] > min(truth.values()) * (1 + WITHIN), truth
+
+    a = _capture(runs, "heavy", 1, data, tmp_path / "w1")
+    assert a.verdict == "input-bound", (a.summary, a.notes)
+    rec = _workers(a)
+    assert rec.value is not None and rec.value <= knee + 2, (rec, truth)
+    step = _step_at(runs, "heavy", data, tmp_path / "plain", truth, rec.value)
+    assert step <= min(truth.values()) * (1 + WITHIN), (rec.value, truth)
+
+
+def test_maxtexts_own_profile_gets_a_verdict_or_says_what_to_set(
+    runs: ModuleType, data_dir: Path, tmp_path: Path
+) -> None:
+    config = runs.CONFIGS["tiny"]
+    data = runs.data_file(config, data_dir)
+    logdir = runs.run_profile(config, data, 1, 12, tmp_path / "out")
+    try:
+        a = traceinspect.analyze(traceinspect.load(logdir))
+    except AnalysisError as e:
+        assert "profiler_steps" in str(e) or "skip_first_n_steps_for_profiler" in str(e)
+        return
+    assert a.verdict == "device-bound", (a.summary, a.notes)
+    assert any("skip_first_n_steps_for_profiler" in n for n in a.notes), a.notes
+    assert _workers(a).value is None
