@@ -28,7 +28,8 @@ import traceinspect
 from traceinspect import sidecar as SC
 from traceinspect.analysis.result import Finding
 
-pytestmark = pytest.mark.slow
+# A real capture analysed: run on every stack of the support matrix (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = REPO / "tests" / "capture" / "scripts" / "pipeline.py"

@@ -21,7 +21,8 @@ import pytest
 
 import traceinspect
 
-pytestmark = pytest.mark.slow
+# A real capture analysed: run on every stack of the support matrix (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 MAKE_POD = Path(__file__).resolve().parents[1] / "sample_traces" / "pod" / "make_pod.py"
 

@@ -17,6 +17,7 @@ Used by ``tests/maxtext_loop/test_maxtext.py`` and from the command line (reposi
 
     python sample_traces/maxtext/maxtext_runs.py measure --config heavy --workers 1,2,3,4
     python sample_traces/maxtext/maxtext_runs.py capture --config tiny --workers 1 --out DIR
+    python sample_traces/maxtext/maxtext_runs.py verify --config tiny --workers 1,4,-1 --repeats 3
     python sample_traces/maxtext/maxtext_runs.py profile --config tiny --out DIR
 
 ``measure`` times MaxText's own steps without any profiler: each step's ``seconds`` from its
@@ -37,6 +38,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Steps left out of a run's mean: compilation and the fill of Grain's buffers.
 WARMUP = 10
@@ -273,6 +275,27 @@ def capture(
     )
 
 
+def verdict(run_dir: Path) -> dict[str, Any]:
+    """What a default capture's analysis says, beside the busy share of the executions'
+    spans: the figures the integration test checks."""
+    import traceinspect
+
+    trace = traceinspect.load(run_dir)
+    analysis = traceinspect.analyze(trace)
+    workers = next((r for r in analysis.recommendations if r.kind == "grain_worker_count"), None)
+    grain = trace.sidecar.grain if trace.sidecar is not None else None
+    return {
+        "verdict": analysis.verdict,
+        "busy": round(analysis.busy_fraction, 3),
+        "execution_spans": round(execution_busy_share(run_dir), 3),
+        "workers_in_use": grain.worker_count if grain is not None else None,
+        "recommended": workers.value if workers is not None else None,
+        "expected_step_ms": workers.expected_step_ms if workers is not None else None,
+        "kinds": [r.kind for r in analysis.recommendations],
+        "step_ms": analysis.steps.median_ms,
+    }
+
+
 def run_profile(
     config: Config, data: Path, workers: int, steps: int, out_dir: Path, timeout: float = 600
 ) -> Path:
@@ -294,7 +317,7 @@ def run_profile(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("data", "measure", "capture", "profile"))
+    parser.add_argument("what", choices=("data", "measure", "capture", "verify", "profile"))
     parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--workers", default="1", help="worker counts, comma-separated")
     parser.add_argument("--steps", type=int, default=60)
@@ -316,6 +339,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = capture(config, data, counts[0], args.steps, args.out)
         print(done.stderr[-3000:])
         return done.returncode
+    elif args.what == "verify":
+        # Default captures, --repeats of each worker count, interleaved: one JSON line each.
+        for repeat in range(args.repeats):
+            for w in counts:
+                logdir = args.out / f"{config.name}_w{w}_{repeat}"
+                done = capture(config, data, w, args.steps, logdir)
+                if done.returncode != 0:
+                    print(json.dumps({"workers": w, "error": done.stderr[-500:]}), flush=True)
+                    continue
+                (run_dir,) = {p.parent for p in logdir.glob("plugins/profile/*/*.xplane.pb")}
+                found = {"config": config.name, "workers": w, **verdict(run_dir)}
+                print(json.dumps(found), flush=True)
     else:
         print(run_profile(config, data, counts[0], args.steps, args.out))
     return 0

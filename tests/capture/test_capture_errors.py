@@ -109,6 +109,7 @@ def test_cli_unwritable_logdir(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.stack
 def test_cli_runs_a_capture_and_exits_with_the_scripts_code(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
@@ -126,6 +127,7 @@ def test_cli_runs_a_capture_and_exits_with_the_scripts_code(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.stack
 def test_cli_json_output(tmp_path: Path) -> None:
     import json
 

@@ -16,7 +16,8 @@ from capture_helpers import SCRIPTS, TRAIN, capture, parent_process
 from traceinspect.capture import SIDECAR_NAME
 from traceinspect.capture._child import ENTRY
 
-pytestmark = pytest.mark.slow
+# A real capture analysed: run on every stack of the support matrix (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 
 def _sidecar(logdir: Path) -> dict[str, object]:

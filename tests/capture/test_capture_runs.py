@@ -21,7 +21,8 @@ from capture_helpers import (
 
 from traceinspect.capture import ANN_HOST_READ, ANN_NEXT_BATCH, ANN_STEP, SIDECAR_NAME
 
-pytestmark = pytest.mark.slow
+# A real capture analysed: run on every stack of the support matrix (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 
 def test_grain_batches_are_steps_and_the_window_is_steps_2_to_6(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from capture_helpers import TRAIN, read_sidecar
 
 from traceinspect.capture import CaptureOptions, run_capture
 
-pytestmark = pytest.mark.slow
+# A real capture analysed: run on every stack of the support matrix (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 
 def _default_capture(logdir: Path, *args: str) -> tuple[object, dict]:  # type: ignore[type-arg]

@@ -45,6 +45,7 @@ def test_no_hint_for_other_errors() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.stack
 def test_capture_of_a_script_with_mp_prefetch_in_the_wrong_place(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -40,7 +40,7 @@ RUNS = Path(__file__).resolve().parents[2] / "sample_traces" / "maxtext" / "maxt
 WITHIN = 0.15
 # Truth runs: MaxText's steps from WARMUP on; captures: enough steps for the default window.
 PLAIN_STEPS = 40
-CAPTURE_STEPS = {"tiny": 80, "heavy": 120}
+CAPTURE_STEPS = {"tiny": 80, "heavy": 80}
 
 
 def _maxtext_or_skip() -> None:

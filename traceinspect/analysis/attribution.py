@@ -156,11 +156,14 @@ def evidence(
         out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
     if gap["compile"] > 0:
         out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
-    if gap["runtime"] > 0:
-        out.append(
+    if 10 * gap["runtime"] >= g1 - g0:
+        # (A launch latency of a few us in a gap of ms is not worth a line.)
+        said = (
             f"the device's next program was already dispatched for {gap['runtime'] / 1e6:.2f} "
             "ms of the gap: the runtime's latency, not the host's"
         )
+        # First when it is most of the gap: the host's events then are beside the point.
+        out.insert(0 if 2 * gap["runtime"] >= g1 - g0 else len(out), said)
     if gap["unknown"] > 0 and not out:
         out.append(
             "no traced activity on the training thread (Python code is invisible with the "
