@@ -1,4 +1,4 @@
-"""The steady-state window rule of ``traceinspect capture`` (``_child.window._Steady``), on step
+"""The steady-state window rule of ``traceinspect capture`` (``_child.steady._Steady``), on step
 series shaped like the scenario family's (sample_traces/scenarios/family)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceinspect.capture._child.window import (
+from traceinspect.capture._child.measured import _Snapshot
+from traceinspect.capture._child.steady import (
     STEADY_BLOCK_S,
     STEADY_BLOCKS,
     STEADY_TOLERANCE,
-    _Capture,
-    _Snapshot,
     _Steady,
 )
+from traceinspect.capture._child.window import _Capture
 
 
 def _starts(step_ms: list[float]) -> list[int]:

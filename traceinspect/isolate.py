@@ -11,7 +11,7 @@ Three runs of the script, each under capture's child with host timing only (no p
 - **real**: the script as it is.
 
 Each run's figure is the mean host time per step (per batch for the loader) over capture's
-steady-state window: once block means of the step times agree (``_child.window._Steady``),
+steady-state window: once block means of the step times agree (``_child.steady._Steady``),
 ``steps`` steps (default 20) and at least 1 s. The mean, not the median: ``mp_prefetch``
 delivers in bursts, and the mean is the throughput.
 

@@ -25,7 +25,7 @@ dispatched one); else a time window (``delay_s`` after start, ``duration_s`` lon
 runs from its start to the start of the next one, so the window ``[first, first + steps)``
 closes when step ``first + steps`` starts (or ``window_max_s`` after it opened, once it holds
 5 steps). It opens after ``skip_steps`` steps when that is given, else once the run is steady
-(``_child.window.STEADY_*``: block means of the host step times agree), or after ``max_wait_s``.
+(``_child.steady.STEADY_*``: block means of the host step times agree), or after ``max_wait_s``.
 
 Trace annotations added inside the window (host plane, main thread):
 

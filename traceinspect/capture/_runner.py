@@ -39,7 +39,7 @@ class CaptureOptions:
     """How to trace: which steps, which profiler settings, where to write."""
 
     logdir: str = "traceinspect_logs"
-    #: None: open the window once the run is steady (``_child.window.STEADY_*``); N: after N steps.
+    #: None: open the window once the run is steady (``_child.steady.STEADY_*``); N: after N steps.
     skip_steps: int | None = None
     #: None: at least 20 steps and at least 1 s (``_child.window.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
     steps: int | None = None

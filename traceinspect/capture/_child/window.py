@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import json
 import os
-import pathlib
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._base import (
     _PRIORITY,
@@ -28,43 +24,18 @@ from ._base import (
     _warn,
     _write_json_atomic,
 )
-from .facts import (
-    _NOT_DISTRIBUTED,
-    _backend_info,
-    _distributed_info,
-    _host_info,
-    _machine_busy_s,
-    _memory_facts,
-    _tree_cpu_s,
-    _versions,
-)
+from .facts import _distributed_info, _memory_facts
+from .measured import _Snapshot, take_snapshot, workers_measured
+from .profiler import move_exported_files, start_profiler, stop_profiler
+from .report import build_report
+from .steady import STEADY_BLOCK_STEPS, _Steady
 
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
     from traceinspect.sidecar import (
         ChildReportJSON,
         GlobalArrayJSON,
-        GrainJSON,
-        PhaseReportJSON,
-        StagesJSON,
-        StepJSON,
-        WorkerJSON,
         WorkersMeasuredJSON,
     )
-
-# What jax's profiler writes per host, ``<host><suffix>``: renamed when --host-name is given.
-_HOST_FILE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".memory_profile.json.gz")
-
-
-def host_file_name(name: str, host: str) -> str:
-    """``name`` (a file jax wrote as ``<this machine's hostname><suffix>``) for ``host``."""
-    local = socket.gethostname()
-    if local and name.startswith(f"{local}."):
-        return host + name[len(local) :]
-    for suffix in _HOST_FILE_SUFFIXES:
-        if name.endswith(suffix):
-            return host + suffix
-    return name
-
 
 # Bounded so that a million-step run does not grow the report without limit.
 _MAX_STEPS_KEPT = 10_000
@@ -76,22 +47,6 @@ GLOBAL_ARRAYS_KEPT = 4
 _WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
 # The status file for the parent's progress line: rewritten at most this often.
 _STATUS_EVERY_NS = 250_000_000
-
-# The steady-state rule (the default window; ``--skip-steps N`` replaces it with a fixed skip).
-# Host step times are cut into blocks of at least STEADY_BLOCK_STEPS steps (twice the Grain
-# worker count when larger: mp_prefetch delivers in bursts of about one batch per worker) and
-# at least STEADY_BLOCK_S seconds. The run is steady once the mean step time of the last
-# STEADY_BLOCKS blocks agrees within STEADY_TOLERANCE (largest / smallest) and does not move
-# one way (each block faster than the last, or each slower: still settling, however close;
-# MaxText at 4 workers opened on 546.6, 421.8, 406.9 ms). Step 0 (tracing and
-# compiling) is never in a block. Measured on the scenario family (sample_traces/scenarios/
-# family): a loop that never waits dispatches ~30 steps in 0.1-1 ms each while the CPU client's
-# queue and the prefetch buffers fill, then settles; settled blocks differ by 3-20% on a shared
-# 2-core machine, while a block that still holds the fill phase is 2-30x faster than the next.
-STEADY_BLOCK_STEPS = 8
-STEADY_BLOCK_S = 0.5
-STEADY_BLOCKS = 3
-STEADY_TOLERANCE = 1.35
 
 
 @dataclasses.dataclass
@@ -109,99 +64,6 @@ _MIN_WINDOW_STEPS = 5
 # when steps are short); an explicit --steps N traces exactly N.
 DEFAULT_STEPS = 20
 WINDOW_MIN_S = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Snapshot:
-    """Counters read at one edge of the trace window, when it opened or when it closed."""
-
-    #: Unix time.
-    wall_ns: int
-    #: This process's CPU time.
-    cpu_ns: int
-    #: Each Grain worker probe's last counters, by file name (empty without probes).
-    workers: dict[str, dict[str, Any]]
-    #: This process's input-pipeline stage table (where -> stage -> [self ns, calls]).
-    stages: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
-    #: CPU seconds the whole machine has been busy, and this process and its descendants
-    #: (None where /proc is missing).
-    machine_busy_s: float | None = None
-    tree_cpu_s: float | None = None
-
-
-def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
-    """A worker's time waiting for a core over the window (None where the kernel keeps no
-    schedstat). A thread that ended takes its share with it: never below 0."""
-    first, last = begin.get("run_delay_ns"), end.get("run_delay_ns")
-    if not isinstance(first, int) or not isinstance(last, int):
-        return None
-    return round(max(0, last - first) / 1e9, 4)
-
-
-class _Steady:
-    """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
-
-    def __init__(self, block_steps: int) -> None:
-        self.block_steps = block_steps
-        self.block_start = 1  # step 0 compiles: never in a block
-        self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
-
-    def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
-        """Close every block complete in the first ``count`` (default all) of ``starts_ns``,
-        the start times of steps 0, 1, ..."""
-        n = len(starts_ns) if count is None else count
-        while True:
-            first = self.block_start
-            last = first + self.block_steps  # the step whose start ends the block
-            if last >= n:
-                return
-            while last < n - 1 and starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9:
-                last += 1
-            span = starts_ns[last] - starts_ns[first]
-            if span < STEADY_BLOCK_S * 1e9:
-                return
-            self.blocks.append((first, last - 1, span / (last - first) / 1e6))
-            self.block_start = last
-
-    def _last_means(self) -> list[float]:
-        return [b[2] for b in self.blocks[-STEADY_BLOCKS:]]
-
-    def trend(self) -> str | None:
-        """ "falling" or "rising" when the last blocks' means move one way, else None."""
-        means = self._last_means()
-        if len(means) < STEADY_BLOCKS:
-            return None
-        pairs = list(itertools.pairwise(means))
-        if all(b < a for a, b in pairs):
-            return "falling"
-        if all(b > a for a, b in pairs):
-            return "rising"
-        return None
-
-    def is_steady(self) -> bool:
-        means = self._last_means()
-        if len(means) < STEADY_BLOCKS or self.trend() is not None:
-            return False
-        return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
-
-    def _means(self) -> str:
-        return ", ".join(f"{m:.1f}" for m in self._last_means())
-
-    def describe(self) -> str:
-        means = self._means()
-        if not means:
-            return "no complete block"
-        trend = self.trend()
-        still = f", still {trend}" if trend else ""
-        return f"mean step of the last blocks {means} ms{still}"
-
-    def reason(self, index: int) -> str:
-        first = self.blocks[-STEADY_BLOCKS][0]
-        return (
-            f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
-            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other, not moving one way "
-            f"({self._means()} ms); traced from step {index}"
-        )
 
 
 class _Capture:
@@ -458,19 +320,7 @@ class _Capture:
             self.phase = _TRACING
             return True
         try:
-            import jax.profiler
-
-            options = jax.profiler.ProfileOptions()
-            options.host_tracer_level = int(self.config["host_tracer_level"])
-            options.python_tracer_level = int(self.config["python_tracer_level"])
-            level = self.config.get("device_tracer_level")
-            if level is not None and hasattr(options, "device_tracer_level"):
-                options.device_tracer_level = int(level)
-                self.device_tracer_applied = True
-            else:
-                self.device_tracer_applied = False
-            pathlib.Path(self.config["export_dir"]).mkdir(parents=True, exist_ok=True)
-            jax.profiler.start_trace(self.config["export_dir"], profiler_options=options)
+            self.device_tracer_applied = start_profiler(self.config, self.config["export_dir"])
         except Exception as exc:
             self.phase = _DONE
             self.partial_reasons.append(f"the profiler could not start: {exc}")
@@ -495,11 +345,10 @@ class _Capture:
             return
         self.write_status("writing", force=True)
         try:
-            import jax.profiler
-
-            jax_profiler: Any = jax.profiler
-            jax_profiler.stop_trace()
-            self._move_exported_files()
+            stop_profiler()
+            self.trace_files += move_exported_files(
+                self.config["export_dir"], self.config["run_dir"], self.config.get("host_name")
+            )
         except Exception as exc:
             self.partial_reasons.append(f"the trace could not be written: {exc}")
             _warn(f"could not write the trace ({exc})")
@@ -509,26 +358,6 @@ class _Capture:
         self.write_report()
         if self.trace_files and not self.config.get("quiet"):
             _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
-
-    def _move_exported_files(self) -> None:
-        # jax writes <export_dir>/plugins/profile/<its run>/<host>.xplane.pb; each file is
-        # complete before we rename it into place, so the run directory never holds a
-        # half-written trace.
-        # With --host-name the files are renamed for that host; other hosts may be writing to
-        # the same run directory, so never replace a file that is already there.
-        profile_root = pathlib.Path(self.config["export_dir"], "plugins", "profile")
-        run_dir = pathlib.Path(self.config["run_dir"])
-        run_dir.mkdir(parents=True, exist_ok=True)
-        host = self.config.get("host_name")
-        for run in sorted(profile_root.iterdir()):
-            for path in sorted(run.iterdir()):
-                name = host_file_name(path.name, host) if host else path.name
-                target = run_dir / name
-                if target.exists():
-                    raise FileExistsError(f"'{target}' already exists")
-                path.replace(target)
-                self.trace_files.append(name)
-        shutil.rmtree(self.config["export_dir"], ignore_errors=True)
 
     def _window_text(self) -> str:
         chosen = self.chosen
@@ -650,82 +479,8 @@ class _Capture:
     status_ns = 0
 
     def report(self) -> ChildReportJSON:
-        """What the parent adds to the sidecar (traceinspect.sidecar declares the format);
-        in a phase of isolate, what the parent times (with ``phase``)."""
-        distributed = self.distributed or _distributed_info() or _NOT_DISTRIBUTED
-        chosen = self.chosen
-        steps: list[StepJSON] = []
-        last = self._window_last()
-        if chosen is not None and chosen.kind != SOURCE_TIME:
-            starts = chosen.starts_ns
-            for i, start in enumerate(starts):
-                wall_ms = (starts[i + 1] - start) / 1e6 if i + 1 < len(starts) else None
-                traced = (
-                    self.window_first is not None
-                    and last is not None
-                    and self.window_first <= i <= last
-                    and self.trace_start_ns is not None
-                )
-                steps.append(
-                    {
-                        "index": i,
-                        "step_num": chosen.step_nums[i],
-                        "start_unix_ns": start,
-                        "wall_ms": wall_ms,
-                        "traced": traced,
-                    }
-                )
-        report: ChildReportJSON = {
-            "step_source": chosen.kind if chosen is not None else None,
-            "step_source_detail": chosen.detail if chosen is not None else None,
-            "window": {
-                "skip_steps": self.skip,
-                "rule": self.window_rule,
-                "reason": self.window_reason,
-                "requested_steps": self.steps,
-                "first_step": self.window_first,
-                "last_step": last,
-                "complete": self.window_complete,
-                "trace_start_unix_ns": self.trace_start_ns,
-                "trace_stop_unix_ns": self.trace_stop_ns,
-            },
-            "steps": steps,
-            "steps_seen": chosen.count if chosen is not None else 0,
-            "trace_files": self.trace_files,
-            "partial_reasons": self.partial_reasons,
-            "notes": self.notes,
-            "stopped_by_traceinspect": self.stopped_by_us,
-            "ended": self.ended_how,
-            "script_start_unix_ns": self.script_start_ns,
-            "profiler": {
-                "host_tracer_level": self.config["host_tracer_level"],
-                "python_tracer_level": self.config["python_tracer_level"],
-                "device_tracer_level": self.config.get("device_tracer_level"),
-                "device_tracer_level_applied": self.device_tracer_applied,
-                "grain_worker_profiling": self.grain_worker_profiling,
-            },
-            "host": _host_info(self.memory_at_start),
-            "versions": _versions(),
-            "backend": _backend_info(),
-            "grain": self._grain_summary(),
-            "process_index": distributed["process_index"],
-            "process_count": distributed["process_count"],
-            "global_arrays": self.global_arrays,
-        }
-        if self.timing is not None:
-            cast("PhaseReportJSON", report)["phase"] = {
-                "timing": self.timing,
-                "deadline_s": self.deadline_s,
-                "batches_drawn": self.batches_drawn,
-                "ended_early": self.phase_end,
-                "blocks": [list(b) for b in self.steady.blocks] if self.steady else [],
-                "input_wait_s": round(self.window_input_ns / 1e9, 6),
-                "host_read_s": round(self.window_read_ns / 1e9, 6),
-                "host_reads": self.window_reads,
-                "others_cpu_cores": self._others_cores(),
-                "cpu_count": os.cpu_count(),
-            }
-        return report
+        """What the parent adds to the sidecar (``report.build_report``)."""
+        return build_report(self)
 
     def write_report(self) -> None:
         try:
@@ -751,38 +506,6 @@ class _Capture:
         ]
         return values[-1] if values else None
 
-    def _grain_summary(self) -> GrainJSON | None:
-        if "grain" not in sys.modules and not self.grain_events:
-            return None
-
-        def last(kind: str, field: str) -> Any:
-            return self._grain_setting(kind, field, self.trace_start_ns)
-
-        workers = last("mp_prefetch", "num_workers")
-        buffer = last("mp_prefetch", "per_worker_buffer_size")
-        if workers is None:
-            workers = last("DataLoader", "worker_count")
-            buffer = last("DataLoader", "worker_buffer_size")
-        read_threads = last("ReadOptions", "num_threads")
-        if read_threads is None:
-            read_threads = last("DataLoader", "read_threads")
-        return {
-            "workers_override": self.config.get("workers"),
-            "worker_count": workers,
-            "per_worker_buffer_size": buffer,
-            "read_threads": read_threads,
-            "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
-            "batch_size": last("batch", "batch_size"),
-            "batch_rows": self.batch_rows,
-            "bytes_per_batch": self.batch_bytes,
-            "files": last("interleave", "files"),
-            "file_shards": last("interleave", "file_shards"),
-            "first_batches": self.first_batches,
-            "workers_measured": self._workers_measured(),
-            "stages": self._stages_measured(),
-            "observed": self.grain_events,
-        }
-
     # -- Grain worker processes ---------------------------------------------------------------
 
     def worker_probe_dir(self) -> str:
@@ -794,115 +517,11 @@ class _Capture:
         return self.worker_stats_dir
 
     def _snapshot(self) -> _Snapshot:
-        """This process's CPU time and the worker probes' counters, now."""
-        cpu_ns = time.process_time_ns()
-        wall_ns = time.time_ns()
-        workers: dict[str, dict[str, Any]] = {}
-        if self.worker_stats_dir is not None:
-            with contextlib.suppress(OSError):
-                for path in pathlib.Path(self.worker_stats_dir).glob("worker-*.json"):
-                    with contextlib.suppress(OSError, ValueError):
-                        workers[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-        stages = self.stage_table() if self.stage_table is not None else {}
-        return _Snapshot(
-            wall_ns=wall_ns,
-            cpu_ns=cpu_ns,
-            workers=workers,
-            stages=stages,
-            # A phase of isolate: how busy other processes kept the machine.
-            machine_busy_s=_machine_busy_s() if self.timing is not None else None,
-            tree_cpu_s=_tree_cpu_s(self.pid) if self.timing is not None else None,
+        """This process's CPU time and the worker probes' counters, now (and, in a phase of
+        isolate, how busy the machine was)."""
+        return take_snapshot(
+            self.worker_stats_dir, self.stage_table, self.pid if self.timing is not None else None
         )
 
-    def _others_cores(self) -> float | None:
-        """Cores other processes kept busy, on average, over the window: the machine's busy
-        CPU time less this process's and its descendants' (Grain workers included)."""
-        start, stop = self.at_open, self.at_close
-        if start is None or stop is None:
-            return None
-        busy = (start.machine_busy_s, stop.machine_busy_s, start.tree_cpu_s, stop.tree_cpu_s)
-        if any(v is None for v in busy):
-            return None
-        machine0, machine1, ours0, ours1 = cast("tuple[float, float, float, float]", busy)
-        wall_s = (stop.wall_ns - start.wall_ns) / 1e9
-        if wall_s <= 0:
-            return None
-        others_s = machine1 - machine0 - (ours1 - ours0)
-        return round(max(0.0, others_s) / wall_s, 3)
-
-    def _stages_measured(self) -> StagesJSON | None:
-        """Self time per input-pipeline stage over the window, by where it ran: this
-        process's table and each worker's, differenced between the window's edges."""
-        start, stop = self.at_open, self.at_close
-        if start is None or stop is None:
-            return None
-        seconds: dict[str, dict[str, float]] = {}
-        calls: dict[str, dict[str, int]] = {}
-
-        def add(begin: dict[str, Any], end: dict[str, Any], only: str | None) -> None:
-            for where, row in end.items():
-                if only is not None and where != only:
-                    continue
-                for stage, (ns, n) in row.items():
-                    ns0, n0 = begin.get(where, {}).get(stage, (0, 0))
-                    if n - n0 <= 0:
-                        continue
-                    seconds.setdefault(where, {}).setdefault(stage, 0.0)
-                    seconds[where][stage] += (ns - ns0) / 1e9
-                    calls.setdefault(where, {}).setdefault(stage, 0)
-                    calls[where][stage] += n - n0
-
-        add(start.stages, stop.stages, None)
-        produced: int | None = None
-        for key, end in stop.workers.items():
-            begin = start.workers.get(key)
-            if begin is not None and end.get("stages") is not None:
-                add(begin.get("stages") or {}, end["stages"], "workers")
-                produced = (produced or 0) + end["elements"] - begin["elements"]
-        if not calls:
-            return None
-        return {
-            "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
-            "batches": self.batches_in_window,
-            "worker_elements": produced,
-            "seconds": {w: {s: round(v, 6) for s, v in row.items()} for w, row in seconds.items()},
-            "calls": calls,
-        }
-
     def _workers_measured(self) -> WorkersMeasuredJSON | None:
-        """Each worker's activity over the window: counter differences between its open and
-        close (each worker's own clock: a probe writes every ~50 ms)."""
-        start, stop = self.at_open, self.at_close
-        if start is None or stop is None or not start.workers or not stop.workers:
-            return None
-        workers: list[WorkerJSON] = []
-        for key, end in sorted(stop.workers.items()):
-            begin = start.workers.get(key)
-            if begin is None:
-                continue
-            wall_s = (end["t_ns"] - begin["t_ns"]) / 1e9
-            if wall_s <= 0:
-                continue
-            workers.append(
-                {
-                    "index": end.get("index"),
-                    "pid": end.get("pid"),
-                    "wall_s": round(wall_s, 4),
-                    "elements": end["elements"] - begin["elements"],
-                    "produce_s": round((end["produce_ns"] - begin["produce_ns"]) / 1e9, 4),
-                    "blocked_s": round((end["blocked_ns"] - begin["blocked_ns"]) / 1e9, 4),
-                    "cpu_s": round((end["cpu_ns"] - begin["cpu_ns"]) / 1e9, 4),
-                    "cpu_wait_s": _run_delay_s(begin, end),
-                    "rss_bytes": end.get("rss_bytes"),
-                    "timed_elements": bool(end.get("timed")),
-                }
-            )
-        if not workers:
-            return None
-        return {
-            "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
-            "batches": self.batches_in_window,
-            "elements": sum(w["elements"] for w in workers),
-            "main_process_cpu_s": round((stop.cpu_ns - start.cpu_ns) / 1e9, 4),
-            "workers": workers,
-        }
+        return workers_measured(self.at_open, self.at_close, self.batches_in_window)

@@ -1,0 +1,129 @@
+"""The child's report: what the parent adds to the sidecar (``traceinspect.sidecar``
+declares the format), built from the capture's state when the window closes and at exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any, cast
+
+from ._base import SOURCE_TIME
+from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_info, _versions
+from .measured import others_cores, stages_measured, workers_measured
+
+if TYPE_CHECKING:  # the sidecar's format and the capture (never imported at run time)
+    from traceinspect.sidecar import ChildReportJSON, GrainJSON, PhaseReportJSON, StepJSON
+
+    from .window import _Capture
+
+
+def build_report(cap: _Capture) -> ChildReportJSON:
+    """What the parent adds to the sidecar (traceinspect.sidecar declares the format);
+    in a phase of isolate, what the parent times (with ``phase``)."""
+    distributed = cap.distributed or _distributed_info() or _NOT_DISTRIBUTED
+    chosen = cap.chosen
+    steps: list[StepJSON] = []
+    last = cap._window_last()
+    if chosen is not None and chosen.kind != SOURCE_TIME:
+        starts = chosen.starts_ns
+        for i, start in enumerate(starts):
+            wall_ms = (starts[i + 1] - start) / 1e6 if i + 1 < len(starts) else None
+            traced = (
+                cap.window_first is not None
+                and last is not None
+                and cap.window_first <= i <= last
+                and cap.trace_start_ns is not None
+            )
+            steps.append(
+                {
+                    "index": i,
+                    "step_num": chosen.step_nums[i],
+                    "start_unix_ns": start,
+                    "wall_ms": wall_ms,
+                    "traced": traced,
+                }
+            )
+    report: ChildReportJSON = {
+        "step_source": chosen.kind if chosen is not None else None,
+        "step_source_detail": chosen.detail if chosen is not None else None,
+        "window": {
+            "skip_steps": cap.skip,
+            "rule": cap.window_rule,
+            "reason": cap.window_reason,
+            "requested_steps": cap.steps,
+            "first_step": cap.window_first,
+            "last_step": last,
+            "complete": cap.window_complete,
+            "trace_start_unix_ns": cap.trace_start_ns,
+            "trace_stop_unix_ns": cap.trace_stop_ns,
+        },
+        "steps": steps,
+        "steps_seen": chosen.count if chosen is not None else 0,
+        "trace_files": cap.trace_files,
+        "partial_reasons": cap.partial_reasons,
+        "notes": cap.notes,
+        "stopped_by_traceinspect": cap.stopped_by_us,
+        "ended": cap.ended_how,
+        "script_start_unix_ns": cap.script_start_ns,
+        "profiler": {
+            "host_tracer_level": cap.config["host_tracer_level"],
+            "python_tracer_level": cap.config["python_tracer_level"],
+            "device_tracer_level": cap.config.get("device_tracer_level"),
+            "device_tracer_level_applied": cap.device_tracer_applied,
+            "grain_worker_profiling": cap.grain_worker_profiling,
+        },
+        "host": _host_info(cap.memory_at_start),
+        "versions": _versions(),
+        "backend": _backend_info(),
+        "grain": grain_summary(cap),
+        "process_index": distributed["process_index"],
+        "process_count": distributed["process_count"],
+        "global_arrays": cap.global_arrays,
+    }
+    if cap.timing is not None:
+        cast("PhaseReportJSON", report)["phase"] = {
+            "timing": cap.timing,
+            "deadline_s": cap.deadline_s,
+            "batches_drawn": cap.batches_drawn,
+            "ended_early": cap.phase_end,
+            "blocks": [list(b) for b in cap.steady.blocks] if cap.steady else [],
+            "input_wait_s": round(cap.window_input_ns / 1e9, 6),
+            "host_read_s": round(cap.window_read_ns / 1e9, 6),
+            "host_reads": cap.window_reads,
+            "others_cpu_cores": others_cores(cap.at_open, cap.at_close),
+            "cpu_count": os.cpu_count(),
+        }
+    return report
+
+
+def grain_summary(cap: _Capture) -> GrainJSON | None:
+    if "grain" not in sys.modules and not cap.grain_events:
+        return None
+
+    def last(kind: str, field: str) -> Any:
+        return cap._grain_setting(kind, field, cap.trace_start_ns)
+
+    workers = last("mp_prefetch", "num_workers")
+    buffer = last("mp_prefetch", "per_worker_buffer_size")
+    if workers is None:
+        workers = last("DataLoader", "worker_count")
+        buffer = last("DataLoader", "worker_buffer_size")
+    read_threads = last("ReadOptions", "num_threads")
+    if read_threads is None:
+        read_threads = last("DataLoader", "read_threads")
+    return {
+        "workers_override": cap.config.get("workers"),
+        "worker_count": workers,
+        "per_worker_buffer_size": buffer,
+        "read_threads": read_threads,
+        "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
+        "batch_size": last("batch", "batch_size"),
+        "batch_rows": cap.batch_rows,
+        "bytes_per_batch": cap.batch_bytes,
+        "files": last("interleave", "files"),
+        "file_shards": last("interleave", "file_shards"),
+        "first_batches": cap.first_batches,
+        "workers_measured": workers_measured(cap.at_open, cap.at_close, cap.batches_in_window),
+        "stages": stages_measured(cap.at_open, cap.at_close, cap.batches_in_window),
+        "observed": cap.grain_events,
+    }
