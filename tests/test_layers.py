@@ -266,3 +266,103 @@ def test_a_child_import_from_outside_is_caught(tmp_path: Path) -> None:
         "bad.py:8 imports jax.profiler",
     ]
     assert _child_violations(good) == []
+
+
+def _import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (every import, nested ones too, but not
+    those under ``if TYPE_CHECKING:``, which never run). A name brought in by ``from package
+    import name`` counts as the submodule when one of that name exists, else the package."""
+    modules = {
+        ".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(root.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = list(ast.walk(tree))
+        type_only = _inside(
+            [n for n in nodes if isinstance(n, ast.If) and _is_type_checking(n.test)]
+        )
+        skipped = {
+            (n.lineno, n.col_offset)
+            for n in nodes
+            if isinstance(n, ast.Import | ast.ImportFrom) and id(n) in type_only
+        }
+        targets = set()
+        for line, name, names in _imports(path, root):
+            if any(line == s[0] for s in skipped):
+                continue
+            for full in names if names != (name,) else (name,):
+                target = full if full in modules else full.rsplit(".", 1)[0]
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != module:
+                    targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected sets of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                members.append(top)
+                if top == node:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """A package's ``__init__`` re-exporting its submodules, which import siblings through the
+    package, is Python's normal layout, not a circle: edges into a package's own parents are
+    dropped for its submodules."""
+    return {
+        module: {t for t in targets if not module.startswith(t + ".")}
+        for module, targets in graph.items()
+    }
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert _cycles(_without_package_inits(_import_graph())) == []
+
+
+def test_an_import_circle_is_caught(tmp_path: Path) -> None:
+    fake = tmp_path / "traceinspect"
+    for rel, text in {
+        "__init__.py": "",
+        "report/__init__.py": "",
+        "report/a.py": "from traceinspect.report.b import x\n",
+        "report/b.py": "def f():\n    from traceinspect.report import a\n",
+        "report/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from traceinspect.report.a import y\n",
+    }.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(text)
+    graph = _without_package_inits(_import_graph(fake))
+    assert graph["traceinspect.report.c"] == set()
+    assert _cycles(graph) == [["traceinspect.report.a", "traceinspect.report.b"]]

@@ -268,9 +268,12 @@ def test_cli_writes_plots_and_html(tmp_path: Path) -> None:
         png = plots / f"{name}.png"
         assert png.read_bytes().startswith(b"\x89PNG")
         assert f"Wrote {png}" in result.stderr
+    # A capture's run: its whole step curve too, from the sidecar.
+    assert (plots / "step_curve.png").read_bytes().startswith(b"\x89PNG")
     assert f"Wrote {page}" in result.stderr
     text = page.read_text(encoding="utf-8")
-    assert "sync-bound" in text and text.count("data:image/png;base64,") == 3
+    assert "sync-bound" in text and text.count("data:image/png;base64,") == 4
+    assert "The whole run: every step" in text
     quiet = CliRunner().invoke(main, ["analyze", str(trace), "-q", "--plots", str(plots)])
     assert quiet.exit_code == 0 and "Wrote" not in quiet.stderr
 
@@ -293,7 +296,7 @@ def test_the_plots_draw_what_the_analysis_computed(
     monkeypatch.setattr(plots, "find_steps", again)
     monkeypatch.setattr(plots, "_thread_activity", again)
     figures = analysis_figures(trace, a)
-    assert set(figures) == {"timeline", "step_breakdown", "gap_distribution"}
+    assert set(figures) == {"timeline", "step_breakdown", "gap_distribution", "step_curve"}
     # The timeline's device lane is the analysis's busy time, clipped to the steps shown.
     busy = _by_gid(plot_timeline(trace, a))[f"device:{a.devices[0]}"]
     assert len(_x_spans(busy)) > 0

@@ -43,6 +43,10 @@ FIGURE_CAPTIONS = {
         "worker count), against the device's work per step (dashed): a batch that takes "
         "longer than the line makes the device wait."
     ),
+    "step_curve": (
+        "The whole run: every step's host time as capture saw it, the traced window shaded "
+        "(blue: opened once the run was steady; orange: traced before it was)."
+    ),
 }
 
 _CSS = """

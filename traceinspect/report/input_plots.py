@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from traceinspect.analysis.input_stages import InputStages
-from traceinspect.report.plots import _new_axes, finish_axes
+from traceinspect.report.axes import finish_axes
+from traceinspect.report.axes import new_axes as _new_axes
 from traceinspect.vocabulary import STAGES
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ in a neutral grey (:data:`BUSY_COLOR`).
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,9 @@ from traceinspect.analysis.training_thread import training_thread_activity as _t
 from traceinspect.backends.activity import device_activity
 from traceinspect.errors import UsageError
 from traceinspect.intervals import Intervals
+from traceinspect.report.axes import figure_of as _figure_of
+from traceinspect.report.axes import finish_axes
+from traceinspect.report.axes import new_axes as _new_axes
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS
 
@@ -53,22 +56,6 @@ IDLE_HATCH = "////"
 THREAD_ORDER = PRECEDENCE
 FIGURE_NAMES = ("timeline", "step_breakdown", "gap_distribution")
 _CAUSE_OF_VERDICT: dict[str, str] = {verdict: cause for cause, verdict in VERDICTS.items()}
-
-
-def _new_axes(width: float, height: float) -> Axes:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - a broken install
-        # matplotlib is a dependency of traceinspect: only a damaged environment lacks it.
-        raise UsageError(
-            f"Plots need matplotlib, a dependency of traceinspect, and it cannot be imported "
-            f"here ({exc}): the install is incomplete; reinstall traceinspect "
-            "(pip install --force-reinstall traceinspect) or pip install matplotlib."
-        ) from exc
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig.add_subplot()
 
 
 def _ns_to_ms(ns: np.ndarray | pd.Series | int, origin_ns: int = 0) -> np.ndarray:
@@ -338,21 +325,6 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
     return finish_axes(ax, finding(analysis), handles)
 
 
-def finish_axes(
-    ax: Axes, title: str, handles: Sequence[Any], labels: Sequence[str] | None = None
-) -> Axes:
-    """The house style of a chart: title on the left, no top or right spine, the legend
-    outside on the right."""
-    ax.set_title(title, loc="left")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    if labels is None:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    else:
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return ax
-
-
 def _strip_offsets(n: int) -> np.ndarray:
     """Deterministic vertical jitter in [-0.3, 0.3) (golden-ratio sequence)."""
     return ((np.arange(n) * 0.6180339887) % 1.0 - 0.5) * 0.6
@@ -409,7 +381,8 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
 
 def analysis_figures(trace: Trace, analysis: Analysis) -> dict[str, Figure]:
     """The figures of an analysis, by name (:data:`FIGURE_NAMES`, and ``input_stages`` when
-    capture measured the input pipeline's stages)."""
+    capture measured the input pipeline's stages, ``step_curve`` when a capture sidecar holds
+    the run's host step times)."""
     axes = {
         "timeline": plot_timeline(trace, analysis),
         "step_breakdown": plot_step_breakdown(analysis),
@@ -419,15 +392,11 @@ def analysis_figures(trace: Trace, analysis: Analysis) -> dict[str, Figure]:
         from traceinspect.report.input_plots import plot_input_stages
 
         axes["input_stages"] = plot_input_stages(analysis.input_stages)
+    from traceinspect.report.run_plots import has_step_curve, plot_step_curve
+
+    if trace.sidecar is not None and has_step_curve(trace.sidecar):
+        axes["step_curve"] = plot_step_curve(trace.sidecar)
     return {name: _figure_of(ax) for name, ax in axes.items()}
-
-
-def _figure_of(ax: Axes) -> Figure:
-    from matplotlib.figure import Figure
-
-    fig = ax.get_figure(root=True)
-    assert isinstance(fig, Figure)  # axes made by _new_axes always have one
-    return fig
 
 
 def figure_png(fig: Figure, dpi: int = 110) -> bytes:

@@ -13,14 +13,10 @@ import numpy as np
 
 from traceinspect import schema as S
 from traceinspect.analysis.straggler import PodAnalysis
-from traceinspect.report.plots import (
-    BUSY_COLOR,
-    CAUSE_COLORS,
-    IDLE_HATCH,
-    _figure_of,
-    _new_axes,
-    finish_axes,
-)
+from traceinspect.report.axes import figure_of as _figure_of
+from traceinspect.report.axes import finish_axes
+from traceinspect.report.axes import new_axes as _new_axes
+from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS, IDLE_HATCH
 from traceinspect.vocabulary import CAUSES
 
 if TYPE_CHECKING:

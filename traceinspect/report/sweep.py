@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS, _new_axes
+from traceinspect.report.axes import new_axes as _new_axes
+from traceinspect.report.plots import (
+    BUSY_COLOR,
+    CAUSE_COLORS,
+)
 from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose
 from traceinspect.sweep._load import JSON_NAME
 from traceinspect.vocabulary import CAUSES
