@@ -40,12 +40,17 @@ Fields (times in Unix ns):
 - ``step_source`` (``annotation`` | ``grain`` | ``jit`` | ``time`` | null) and
   ``step_source_detail`` (e.g. ``StepTraceAnnotation 'train'``)
 - ``window``: ``skip_steps`` (null: the steady-state rule), ``rule`` (``steady`` |
-  ``time_bound`` | ``skip`` | null), ``reason`` (a sentence: why it opened there),
+  ``time_bound`` | ``skip`` | ``early`` | null), ``reason`` (a sentence: why it opened there),
   ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
   ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
 - ``steps``: one entry per step of the whole run (at most 10,000): ``index``, ``step_num``
   (the script's, or null), ``start_unix_ns``, ``wall_ms`` (host time to the next step's
-  start, null for the last), ``traced``; ``steps_seen``: all steps of that source counted
+  start, null for the last), ``traced``, ``done_unix_ns`` (when the step's device work
+  finished: its last jitted call's output became ready; null when unknown; absent in
+  older sidecars); ``steps_seen``: all steps of that source counted
+- ``early_trace``: the trace taken from step 2 until the run was first steady (kept as the
+  run's trace only when the script ended before the window opened; the window's rule is then
+  ``early``): ``state``, ``first_step``, ``last_step``, ``costs_ms`` (``start``, ``stop``)
 - ``profiler``: ``host_tracer_level``, ``python_tracer_level``, ``device_tracer_level``,
   ``device_tracer_level_applied`` (false when this jaxlib has no such option),
   ``grain_worker_profiling`` (whether Grain's worker profiling flag was turned on)
@@ -76,7 +81,7 @@ Fields (times in Unix ns):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
 
@@ -84,7 +89,7 @@ SCHEMA_VERSION = 1
 FILE_NAME = "traceinspect.capture.json"
 
 StepSource = Literal["annotation", "grain", "jit", "time"]
-WindowRule = Literal["steady", "time_bound", "skip"]
+WindowRule = Literal["steady", "time_bound", "skip", "early"]
 STEP_SOURCES: tuple[StepSource, ...] = get_args(StepSource)
 WINDOW_RULES: tuple[WindowRule, ...] = get_args(WindowRule)
 
@@ -121,6 +126,19 @@ class StepJSON(TypedDict):
     start_unix_ns: int
     wall_ms: float | None
     traced: bool
+    #: When the step's device work finished (its last jitted call's output ready; null when
+    #: no output could be waited on). Differences of these are the device's throughput.
+    done_unix_ns: int | None
+
+
+class EarlyTraceJSON(TypedDict):
+    #: None (never started), ``tracing``, ``stopped``, ``kept`` (the run's trace: it ended
+    #: before the window opened), ``dropped`` (the window was captured) or ``off``.
+    state: str | None
+    first_step: int | None
+    last_step: int | None
+    #: What starting (``start``) and stopping (``stop``) it cost the main thread.
+    costs_ms: dict[str, float]
 
 
 class ProfilerJSON(TypedDict):
@@ -222,6 +240,7 @@ class ChildReportJSON(TypedDict, total=False):
     window: WindowJSON
     steps: list[StepJSON]
     steps_seen: int
+    early_trace: EarlyTraceJSON
     trace_files: list[str]
     partial_reasons: list[str]
     notes: list[str]
@@ -315,6 +334,8 @@ class HostStep:
     start_unix_ns: int | None
     wall_ms: float | None
     traced: bool
+    #: When its device work finished (Unix ns), None when unknown.
+    done_unix_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -437,6 +458,25 @@ class Sidecar:
         """Host wall times of the traced steps (those with a next step), in order."""
         return [s.wall_ms for s in self.steps if s.traced and s.wall_ms is not None]
 
+    def traced_throughput_ms(self) -> tuple[float, int] | None:
+        """Time per completed step over the traced steps (the device's throughput: from
+        the completion of the step before the first traced one, or of the first, to that of
+        the last), and the steps it spans; None without two completion stamps."""
+        return completed_step_ms(self.steps, lambda s: s.traced)
+
+    def step_time_ms(self) -> tuple[float, int, str] | None:
+        """The traced window's mean step: ``(ms, steps, "completed")`` from the device's
+        completion stamps when there are some, else ``(ms, steps, "host")`` from the host's
+        step starts (its dispatch rate: below the device's step while the device's queue
+        fills)."""
+        done = self.traced_throughput_ms()
+        if done is not None:
+            return done[0], done[1], "completed"
+        walls = self.traced_step_walls_ms()
+        if not walls:
+            return None
+        return sum(walls) / len(walls), len(walls), "host"
+
 
 def parse(data: Mapping[str, Any]) -> Sidecar | None:
     """Read a sidecar's JSON object; None when it is of a newer schema than this reader."""
@@ -525,7 +565,29 @@ def _read_step(value: object) -> HostStep | None:
         start_unix_ns=_read_int(s.get("start_unix_ns")),
         wall_ms=_read_float(s.get("wall_ms")),
         traced=s.get("traced") is True,
+        done_unix_ns=_read_int(s.get("done_unix_ns")),
     )
+
+
+def completed_step_ms(
+    steps: Sequence[HostStep], chosen: Callable[[HostStep], bool]
+) -> tuple[float, int] | None:
+    """Mean time per completed step over the ``chosen`` steps: between the completion
+    stamps of the step before the first chosen one (else the first) and of the last chosen
+    one stamped, divided by the steps between them; with that count. None below two stamps."""
+    picked = [s.index for s in steps if chosen(s)]
+    if not picked:
+        return None
+    first, last = min(picked), max(picked)
+    done = {
+        s.index: s.done_unix_ns
+        for s in steps
+        if s.done_unix_ns is not None and first - 1 <= s.index <= last
+    }
+    if len(done) < 2:
+        return None
+    a, b = min(done), max(done)
+    return (done[b] - done[a]) / 1e6 / (b - a), b - a
 
 
 def _read_grain(value: object) -> GrainSettings | None:

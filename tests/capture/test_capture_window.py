@@ -63,10 +63,27 @@ def test_the_default_window_opens_once_steady_and_measures_the_worker(tmp_path: 
     assert worker["rss_bytes"] > 50 << 20
 
 
-def test_a_run_that_ends_before_it_is_steady_says_how_to_trace_it(tmp_path: Path) -> None:
+def test_a_run_that_ends_before_it_is_steady_keeps_its_early_trace(tmp_path: Path) -> None:
     result, sidecar = _default_capture(tmp_path / "logs", "--steps", "6")
     assert result.exit_code == 0 and result.partial  # type: ignore[attr-defined]
-    assert not result.trace_paths  # type: ignore[attr-defined]
+    assert result.trace_paths  # type: ignore[attr-defined]
     (reason,) = sidecar["partial_reasons"]
-    assert "before the window opened (6 step(s) seen, not yet steady" in reason
+    assert reason == "the script returned before the run was steady"
+    window = sidecar["window"]
+    assert window["rule"] == "early" and not window["complete"]
+    assert (window["first_step"], window["last_step"]) == (2, 5)
+    assert window["reason"] == (
+        "the script returned before the run was steady (no complete block): kept the early "
+        "trace, steps 2-5 after compilation; not a steady window (run more steps, or give "
+        "--skip-steps N, for one)"
+    )
+    assert [s["index"] for s in sidecar["steps"] if s["traced"]] == [2, 3, 4, 5]
+    assert sidecar["early_trace"]["state"] == "kept"
+
+
+def test_a_run_of_two_steps_has_no_trace_and_says_why(tmp_path: Path) -> None:
+    result, sidecar = _default_capture(tmp_path / "logs", "--steps", "2")
+    assert result.exit_code == 0 and not result.trace_paths  # type: ignore[attr-defined]
+    (reason,) = sidecar["partial_reasons"]
+    assert "before the window opened (2 step(s) seen, not yet steady" in reason
     assert "give --skip-steps N" in reason

@@ -48,6 +48,9 @@ class CaptureOptions:
     #: Close the window after this long even before ``steps`` steps (at least 5 traced).
     window_max_s: float = 60.0
     stop_after: bool = False
+    #: With the steady-state rule: trace from step 2 until the run is first steady, kept only
+    #: when the script ends before the window opens (``_child.window.EARLY_*``).
+    early_trace: bool = True
     step_source: str = "auto"
     delay_s: float = 10.0
     duration_s: float = 5.0
@@ -137,8 +140,16 @@ class CaptureResult:
             )
         else:
             what = "traced"
-        walls = record.traced_step_walls_ms()
-        mean = f", mean step {sum(walls) / len(walls):.1f} ms" if walls else ""
+        step = record.step_time_ms()
+        mean = ""
+        if step is not None:
+            ms, count, how = step
+            mean = (
+                f", mean step {ms:.1f} ms over {count} completed step(s)"
+                if how == "completed"
+                else f", mean step {ms:.1f} ms (the host's dispatch rate: no step output to "
+                "wait on)"
+            )
         state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
         reason = window.reason if window is not None else None
         why = f"; {reason}" if self.trace_paths and reason else ""
@@ -299,6 +310,7 @@ def _window_options(options: CaptureOptions) -> dict[str, Any]:
         "max_wait_s": options.max_wait_s,
         "window_max_s": options.window_max_s,
         "stop_after": options.stop_after,
+        "no_early_trace": not options.early_trace,
         "step_source": options.step_source,
         "delay_s": options.delay_s,
         "duration_s": options.duration_s,

@@ -113,6 +113,14 @@ def progress_text(p: CaptureProgress) -> str:
 @click.option(
     "--stop-after", is_flag=True, help="End the script once the window is captured (exit 0)."
 )
+@click.option(
+    "--early-trace/--no-early-trace",
+    default=True,
+    show_default=True,
+    help="Trace from step 2 until the run is steady, and keep that trace if the script ends "
+    "(returns, crashes, is stopped) before the window opens: a short run is never left "
+    "without a trace. It costs the window ~1.5 s more of waiting.",
+)
 @profiler_options
 @click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
 @click.option(
@@ -138,6 +146,7 @@ def capture(
     max_wait_s: float,
     window_max_s: float,
     stop_after: bool,
+    early_trace: bool,
     profiler: ProfilerSettings,
     workers: int | None,
     quiet: bool,
@@ -170,6 +179,7 @@ def capture(
         max_wait_s=max_wait_s,
         window_max_s=window_max_s,
         stop_after=stop_after,
+        early_trace=early_trace,
         workers=workers,
         **profiler.capture_kwargs(),
         quiet=quiet,

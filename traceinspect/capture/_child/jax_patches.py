@@ -184,6 +184,7 @@ class _JitProxy:
         name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun)
         self._ti_key = f"{name}@{id(jitted):x}"
         self._ti_detail = f"calls of jitted {name}"
+        self._ti_previous: Any = None
         with contextlib.suppress(Exception):
             self.__wrapped__ = jitted
             self.__name__ = getattr(fun, "__name__", "jitted")
@@ -191,9 +192,21 @@ class _JitProxy:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cap = self._ti_cap
-        if cap.active():
-            cap.on_step(SOURCE_JIT, self._ti_key, self._ti_detail)
-        return self._ti_jitted(*args, **kwargs)
+        if not cap.active():
+            return self._ti_jitted(*args, **kwargs)
+        cap.on_step(SOURCE_JIT, self._ti_key, self._ti_detail)
+        out = self._ti_jitted(*args, **kwargs)
+        key = self._ti_key
+        previous = self._ti_previous
+        if previous is not None:
+            # Which of its last output's arrays did this call donate? Never wait on those.
+            self._ti_previous = None
+            cap.completions.learn(key, previous)
+        if cap.completions.learning(key):
+            self._ti_previous = out
+        # The step's last jitted call so far: the next step's start waits on it (completion).
+        cap.last_output = (key, out)
+        return out
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_ti_"):

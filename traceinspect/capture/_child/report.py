@@ -24,6 +24,7 @@ def build_report(cap: _Capture) -> ChildReportJSON:
     chosen = cap.chosen
     steps: list[StepJSON] = []
     last = cap._window_last()
+    done = cap.completions.done_ns
     if chosen is not None and chosen.kind != SOURCE_TIME:
         starts = chosen.starts_ns
         for i, start in enumerate(starts):
@@ -41,6 +42,7 @@ def build_report(cap: _Capture) -> ChildReportJSON:
                     "start_unix_ns": start,
                     "wall_ms": wall_ms,
                     "traced": traced,
+                    "done_unix_ns": done.get(i),
                 }
             )
     report: ChildReportJSON = {
@@ -56,6 +58,12 @@ def build_report(cap: _Capture) -> ChildReportJSON:
             "complete": cap.window_complete,
             "trace_start_unix_ns": cap.trace_start_ns,
             "trace_stop_unix_ns": cap.trace_stop_ns,
+        },
+        "early_trace": {
+            "state": cap.early,
+            "first_step": cap.early_first,
+            "last_step": cap.early_last,
+            "costs_ms": {k: round(v, 3) for k, v in cap.early_costs_ms.items()},
         },
         "steps": steps,
         "steps_seen": chosen.count if chosen is not None else 0,

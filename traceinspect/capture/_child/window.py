@@ -24,6 +24,7 @@ from ._base import (
     _warn,
     _write_json_atomic,
 )
+from .completion import Completions
 from .facts import _distributed_info, _memory_facts
 from .measured import _Snapshot, take_snapshot, workers_measured
 from .profiler import move_exported_files, start_profiler, stop_profiler
@@ -60,6 +61,15 @@ class _Source:
 
 
 _MIN_WINDOW_STEPS = 5
+# The early trace (the default window only): from the start of step EARLY_FROM_STEP (steps 0
+# and 1 trace and compile) until the run is first steady, at most EARLY_MAX_S. It is kept only
+# when the run ends before the steady window opens, so a short run, or one that crashes
+# early, still leaves a trace; the steady-state rule then starts its blocks again after the
+# early trace stopped, so the stop's pause is never inside a block nor in the window.
+EARLY_FROM_STEP = 2
+EARLY_MAX_S = 10.0
+# How long the end of a window waits for the device to finish the steps it traced.
+DRAIN_TIMEOUT_S = 60.0
 # The default window: at least DEFAULT_STEPS steps and at least WINDOW_MIN_S long (more steps
 # when steps are short); an explicit --steps N traces exactly N.
 DEFAULT_STEPS = 20
@@ -96,6 +106,27 @@ class _Capture:
         self.chosen: _Source | None = None
         self.window_first: int | None = None
         self.window_end: int | None = None  # the step whose start closed the window
+        #: The last step of a kept early trace (the window of a run that ended first).
+        self.window_last_fixed: int | None = None
+        #: The early trace: None (not started), "tracing", "stopped" (its files wait in
+        #: ``early_dir`` until the window is captured) or "off" (not for this capture).
+        self.early: str | None = (
+            "off"
+            if config.get("timing") is not None
+            or self.skip is not None
+            or config.get("no_early_trace")
+            else None
+        )
+        self.early_dir = str(config.get("export_dir", "")) + "-early"
+        self.early_first: int | None = None
+        self.early_last: int | None = None
+        self.early_start_ns: int | None = None
+        self.early_stop_ns: int | None = None
+        #: What starting and stopping the early trace cost the script's main thread (ms).
+        self.early_costs_ms: dict[str, float] = {}
+        #: When each step's device work finished (completion.py), and the last jitted call.
+        self.completions = Completions()
+        self.last_output: tuple[str, Any] | None = None
         self.window_complete = False
         self.trace_start_ns: int | None = None
         self.trace_stop_ns: int | None = None
@@ -155,7 +186,7 @@ class _Capture:
         return len(self.global_arrays) < GLOBAL_ARRAYS_KEPT
 
     def tracing(self) -> bool:
-        return self.phase == _TRACING and os.getpid() == self.pid
+        return (self.phase == _TRACING or self.early == "tracing") and os.getpid() == self.pid
 
     def annotate(self, name: str, **stats: Any) -> contextlib.AbstractContextManager[Any]:
         if not self.tracing() or self.timing is not None:
@@ -185,6 +216,12 @@ class _Capture:
                 src = self.sources[(kind, key)] = _Source(kind, key, detail)
             index = src.count
             src.count += 1
+            if src is self.chosen and self.last_output is not None:
+                key, output = self.last_output
+                self.last_output = None
+                self.completions.submit(index - 1, key, output)
+            if self.early is None and index >= EARLY_FROM_STEP and self.phase == _WAITING:
+                self._start_early(index)
             if len(src.starts_ns) < _MAX_STEPS_KEPT:
                 # Kept after the window too: the whole run's step times show whether the
                 # traced window is representative.
@@ -212,6 +249,14 @@ class _Capture:
                     return
             elif src is not chosen:
                 return
+            if self.early == "tracing":
+                if self.early_first is None:
+                    self.early_first = index
+                self.early_last = index
+                if (now - (self.early_start_ns or now)) / 1e9 >= EARLY_MAX_S:
+                    self._stop_early(index)
+                else:
+                    self._enter_step_annotation(index, step_num)
             if self.phase == _WAITING and self._window_may_open(src, index, now):
                 if self.timing == TIMING_TARGET and not self.batches_drawn:
                     # Nothing to repeat: the steps drew no batch from a Grain iterator.
@@ -275,6 +320,10 @@ class _Capture:
         steady = self.steady
         steady.add(src.starts_ns, index + 1)
         if steady.is_steady():
+            if self.early == "tracing":
+                # Stop the early trace first; the rule counts its blocks again from here.
+                self._stop_early(index)
+                return False
             self.window_rule = "steady"
             self.window_reason = steady.reason(index)
             return True
@@ -287,6 +336,8 @@ class _Capture:
                 f"({self.config.get('max_wait_option', '--max-wait')})"
             )
             self.notes.append(self.window_reason)
+            if self.early == "tracing":
+                self._stop_early(index)
             return True
         return False
 
@@ -309,6 +360,78 @@ class _Capture:
         if traceme is not None:
             with contextlib.suppress(Exception):
                 traceme.__exit__(None, None, None)
+
+    # -- the early trace ----------------------------------------------------------------------
+
+    def _start_early(self, index: int) -> None:
+        """Trace from step ``index`` on, in case the run ends before the window opens."""
+        began = time.perf_counter_ns()
+        try:
+            self.device_tracer_applied = start_profiler(self.config, self.early_dir)
+        except Exception as exc:
+            self.early = "off"
+            self.notes.append(f"no early trace: the profiler could not start ({exc})")
+            return
+        self.early = "tracing"
+        self.early_start_ns = time.time_ns()
+        self.early_costs_ms["start"] = (time.perf_counter_ns() - began) / 1e6
+
+    def _stop_early(self, index: int) -> None:
+        """Stop the early trace at the start of step ``index``; its files wait in
+        ``early_dir``. The steady-state rule counts its blocks again after this step."""
+        self._exit_step_annotation()
+        began = time.perf_counter_ns()
+        self.early_stop_ns = time.time_ns()
+        if self.early_first is not None:
+            self.early_last = index - 1
+        try:
+            stop_profiler()
+            self.early = "stopped"
+        except Exception as exc:
+            self.early = "off"
+            self.notes.append(f"the early trace could not be written ({exc})")
+        self.early_costs_ms["stop"] = (time.perf_counter_ns() - began) / 1e6
+        if self.steady is not None:
+            restarted = _Steady(self.steady.block_steps)
+            restarted.block_start = index + 1
+            self.steady = restarted
+
+    def _drop_early(self) -> None:
+        if self.early == "tracing":
+            with contextlib.suppress(Exception):
+                stop_profiler()
+        if self.early in ("tracing", "stopped"):
+            self.early = "dropped"
+        shutil.rmtree(self.early_dir, ignore_errors=True)
+
+    def _keep_early(self, how: str) -> None:
+        """The run ended before the window opened: the early trace becomes the capture's,
+        marked as not steady."""
+        if self.early == "tracing":
+            chosen = self.chosen
+            self._stop_early(chosen.count if chosen is not None else 0)
+        if self.early != "stopped":
+            return
+        try:
+            self.trace_files += move_exported_files(
+                self.early_dir, self.config["run_dir"], self.config.get("host_name")
+            )
+        except Exception as exc:
+            self.partial_reasons.append(f"the early trace could not be kept: {exc}")
+            return
+        self.early = "kept"
+        self.window_rule = "early"
+        self.trace_start_ns, self.trace_stop_ns = self.early_start_ns, self.early_stop_ns
+        self.window_first = self.early_first
+        self.window_last_fixed = self.early_last
+        first, last = self.early_first, self.early_last
+        steps = f"steps {first}-{last}" if first is not None and last is not None else "a trace"
+        why = self.steady.describe() if self.steady else "too few steps"
+        self.window_reason = (
+            f"the script {how} before the run was steady ({why}): kept the early trace, "
+            f"{steps} after compilation; not a steady window (run more steps, or give "
+            "--skip-steps N, for one)"
+        )
 
     # -- the profiler -------------------------------------------------------------------------
 
@@ -338,6 +461,7 @@ class _Capture:
         self.phase = _DONE
         self.trace_stop_ns = time.time_ns()
         self.at_close = self._snapshot()
+        self._drain()
         # Now, while the script's jax.distributed client is surely still up.
         self.distributed = _distributed_info()
         if self.timing is not None:
@@ -355,6 +479,8 @@ class _Capture:
             return
         finally:
             self.write_status(force=True)
+        if self.trace_files:
+            self._drop_early()
         self.write_report()
         if self.trace_files and not self.config.get("quiet"):
             _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
@@ -370,6 +496,8 @@ class _Capture:
         if self.chosen is None or self.window_first is None:
             return None
         seen_last = self.chosen.count - 1
+        if self.window_last_fixed is not None:
+            return self.window_last_fixed
         if self.window_complete and self.window_end is not None:
             return self.window_end - 1
         return max(self.window_first, seen_last)
@@ -432,6 +560,8 @@ class _Capture:
                     self.partial_reasons.append("the script ended inside the window")
                 self._stop_trace()
             elif self.phase == _WAITING:
+                self._drain()
+                self._keep_early(how)
                 seen = self.chosen.count if self.chosen is not None else 0
                 waiting_for = (
                     f"{self.skip} to skip"
@@ -440,14 +570,37 @@ class _Capture:
                     + (self.steady.describe() if self.steady else "too few steps")
                     + "; give --skip-steps N to trace after a fixed number of steps"
                 )
-                self.partial_reasons.append(
-                    f"the script {how} before the window opened ({seen} step(s) seen,"
-                    f" {waiting_for})"
-                )
+                if self.early != "kept":
+                    self.partial_reasons.append(
+                        f"the script {how} before the window opened ({seen} step(s) seen,"
+                        f" {waiting_for})"
+                    )
+                else:
+                    self.partial_reasons.append(f"the script {how} before the run was steady")
+                    if not self.config.get("quiet"):
+                        _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
                 self.phase = _DONE
+            self._drop_early()
             self.write_report()
             if self.worker_stats_dir is not None:
                 shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
+
+    def _drain(self) -> None:
+        """Wait for the device to finish the steps dispatched so far (their completion
+        stamps; the last jitted call's output counts for the step in progress)."""
+        chosen = self.chosen
+        if self.last_output is not None:
+            key, output = self.last_output
+            self.last_output = None
+            # Without a chosen source yet (a run too short to choose), still waited on: the
+            # trace then holds the device's work of the steps it dispatched.
+            index = chosen.count - 1 if chosen is not None and chosen.count else -1
+            self.completions.submit(index, key, output)
+        if not self.completions.drain(DRAIN_TIMEOUT_S):
+            self.notes.append(
+                f"the device had not finished the traced steps {DRAIN_TIMEOUT_S:g} s after the "
+                "window closed: the step times after that are the host's"
+            )
 
     # -- progress -----------------------------------------------------------------------------
 
