@@ -123,6 +123,10 @@ class PhaseTiming:
     #: Runs of this phase (one per round, more when other processes kept the machine busy);
     #: the figure is the best quiet one.
     tries: int = 1
+    #: ``completed``: time per step from when each step's device work finished (the
+    #: device's throughput); ``host``: from the host's step starts (the loader's batches, or
+    #: a loop whose jitted calls returned nothing to wait on).
+    timed_by: str = "host"
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -504,6 +508,18 @@ def summarize(
     )
 
 
+def _completed_timing(steps: Sequence[SC.HostStep], timed: set[int]) -> tuple[float, float, int, str]:
+    """The timed steps' mean and median time per completed step and how many it spans, from
+    their completion stamps (``"completed"``); zeros and ``"host"`` below MIN_TIMED of them."""
+    through = SC.completed_step_ms(steps, lambda s: s.index in timed)
+    if through is None or through[1] < MIN_TIMED:
+        return 0.0, 0.0, 0, "host"
+    done = {s.index: int(s.done_unix_ns) for s in steps if s.done_unix_ns is not None}
+    gaps = [(done[i] - done[i - 1]) / 1e6 for i in sorted(timed) if i in done and i - 1 in done]
+    median = statistics.median(gaps) if gaps else through[0]
+    return through[0], median, through[1], "completed"
+
+
 def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
     """A phase's figure from its report: the steady window's steps, else what it had."""
     record = run.record
@@ -512,6 +528,7 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
     phase = _phase(run)
     window = record.window
     ended_early = phase.get("ended_early")
+    timed = {s.index for s in record.steps if s.traced and s.wall_ms is not None}
     walls = [s.wall_ms for s in record.steps if s.traced and s.wall_ms is not None]
     notes: list[str] = []
     how = "steady"
@@ -525,7 +542,8 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
         blocks = [b for b in phase.get("blocks", []) if len(b) == 3]
         first = int(blocks[-3:][0][0]) if blocks else 1
         if len(walls) < MIN_TIMED:
-            walls = [s.wall_ms for s in record.steps if s.index >= first and s.wall_ms is not None]
+            timed = {s.index for s in record.steps if s.index >= first and s.wall_ms is not None}
+            walls = [s.wall_ms for s in record.steps if s.index in timed and s.wall_ms is not None]
         ended = ended_early or f"the script {record.data.get('ended') or 'ended'}"
         notes.append(
             f"{ended} before a full window: timed {len(walls)} step(s) "
@@ -544,11 +562,15 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
             f"the {run.phase} phase timed no steady steps ({seen} step(s) seen in "
             f"{run.elapsed_s:.0f} s): give the script more steps, or a longer --phase-timeout"
         )
+    mean_ms, median_ms, count, timed_by = _completed_timing(record.steps, timed)
+    if timed_by == "host":
+        mean_ms, median_ms, count = statistics.fmean(walls), statistics.median(walls), len(walls)
     return PhaseTiming(
         phase=run.phase,
-        mean_ms=statistics.fmean(walls),
-        median_ms=statistics.median(walls),
-        count=len(walls),
+        mean_ms=mean_ms,
+        median_ms=median_ms,
+        count=count,
+        timed_by=timed_by,
         how=how,
         note="; ".join(notes) or None,
         step_source=record.step_source,

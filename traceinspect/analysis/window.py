@@ -97,6 +97,7 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
     if sidecar is None or window is None:
         return None, None
     traced = sidecar.traced_step_walls_ms()
+    completed = sidecar.traced_throughput_ms()
     last = window.last_step
     after = [
         s.wall_ms
@@ -109,24 +110,36 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
         "first_step": window.first_step,
         "last_step": last,
         "traced_mean_ms": round(float(np.mean(traced)), 4) if traced else None,
+        # The device's throughput over the traced steps, where capture stamped completions.
+        "traced_completed_ms": None if completed is None else round(completed[0], 4),
         "after_mean_ms": None,
         "after_steps": len(after),
         "representative": None,
     }
-    if not traced or len(after) < _MIN_STEPS_AFTER:
-        return out, None
-    t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
-    out["after_mean_ms"] = round(a_mean, 4)
-    off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
-    out["representative"] = abs(off) <= REPRESENTATIVE
-    if out["representative"]:
-        return out, None
-    return out, (
-        f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps after "
-        f"them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not represent the run "
-        "(the pace changed, or the profiler slowed it); capture again, later in the run "
-        "(--skip-steps) or with more steps."
-    )
+    notes = []
+    if traced and completed is not None:
+        host_ms, device_ms = float(np.mean(traced)), completed[0]
+        if device_ms > 0 and abs(host_ms / device_ms - 1) > REPRESENTATIVE:
+            notes.append(
+                f"The host started the traced steps every {host_ms:.2f} ms, the device finished "
+                f"them every {device_ms:.2f} ms: the host "
+                + ("ran ahead while the device's queue filled" if host_ms < device_ms else "lagged")
+                + f", so step times read from the host are not the run's; its step is "
+                f"{device_ms:.2f} ms (completed steps, the device's throughput)."
+            )
+    if traced and len(after) >= _MIN_STEPS_AFTER:
+        t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
+        out["after_mean_ms"] = round(a_mean, 4)
+        off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
+        out["representative"] = abs(off) <= REPRESENTATIVE
+        if not out["representative"]:
+            notes.append(
+                f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps "
+                f"after them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not represent "
+                "the run (the pace changed, or the profiler slowed it); capture again, later in "
+                "the run (--skip-steps) or with more steps."
+            )
+    return out, " ".join(notes) or None
 
 
 def check_own_work(trace: Trace, steps: Steps, work: StepWork | None) -> None:

@@ -52,6 +52,9 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
                 f"; the {w['after_steps']} untraced steps after it ran at "
                 f"{w['after_mean_ms']:,.2f} ms/step"
             )
+        done = w.get("traced_completed_ms")
+        if done is not None:
+            rep += f"; completed steps {done:,.2f} ms each (the device's throughput)"
         out.append(f"Window    {w['reason']}{rep}")
     out.append(
         f"Device    busy {a.busy_fraction:.1%} of step time, idle {a.idle_fraction:.1%}; "

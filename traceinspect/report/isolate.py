@@ -9,6 +9,8 @@ _NAMES = {"target": "target step", "loader": "loader batch", "real": "real step"
 
 def _row(timing: PhaseTiming) -> list[str]:
     unit = "batches" if timing.phase == LOADER else "steps"
+    if timing.timed_by == "completed":
+        unit = f"completed {unit}"
     what = DESCRIPTIONS[timing.phase].split(" (", 1)[1].rstrip(")")
     how = "" if timing.how == "steady" else f", {timing.how.replace('_', '-')}"
     return [
@@ -27,4 +29,9 @@ def render_isolation(result: Isolation) -> str:
     if result.suggested_workers is not None:
         lines.append(f"Workers  {result.suggested_workers} (now {result.evidence.workers})")
     lines += [f"Note     {note}" for note in result.notes]
+    if any(t.timed_by == "completed" for t in result.phases):
+        lines.append(
+            "Steps    timed when their device work finished (the device's throughput, not "
+            "the host's dispatch rate)"
+        )
     return "\n".join(lines)
