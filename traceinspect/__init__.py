@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         plot_timeline,
     )
     from traceinspect.report.pod_plots import plot_host_steps, plot_hosts
+    from traceinspect.report.run_plots import plot_step_curve
     from traceinspect.report.sweep import plot_sweep, render_sweep
     from traceinspect.sweep import SweepResult, load_sweep, run_sweep
     from traceinspect.trace import LoadInfo, Trace, load, typed_values
@@ -59,6 +60,7 @@ _LAZY = {
     "analyze_run": ("traceinspect.pod", "analyze_run"),
     "load_host": ("traceinspect.pod", "load_host"),
     "plot_input_stages": ("traceinspect.report.input_plots", "plot_input_stages"),
+    "plot_step_curve": ("traceinspect.report.run_plots", "plot_step_curve"),
     "plot_sweep": ("traceinspect.report.sweep", "plot_sweep"),
     "render_sweep": ("traceinspect.report.sweep", "render_sweep"),
     "load_sweep": ("traceinspect.sweep", "load_sweep"),
@@ -169,6 +171,7 @@ __all__ = [
     "plot_hosts",
     "plot_input_stages",
     "plot_step_breakdown",
+    "plot_step_curve",
     "plot_sweep",
     "plot_timeline",
     "render_html",
