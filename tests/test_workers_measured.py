@@ -164,3 +164,47 @@ def test_sync_bound_keeps_its_count_even_when_measured() -> None:
     assert rec.value == 2 and rec.bounded_by == "measurement"
     assert rec.reason is not None
     assert "remove the per-step sync first" in rec.reason
+
+
+def _rec_with_stages(
+    device_ms: float, sidecar: dict[str, Any], stage_batch_ms: float, read_threads: int
+) -> Recommendation:
+    sidecar["grain"]["read_threads"] = read_threads
+    return recommend_workers(
+        worker_inputs(
+            "device-bound",
+            device_ms,
+            device_ms,
+            input_wait_ms=0.0,
+            sidecar=parse(sidecar),
+            stage_batch_ms=stage_batch_ms,
+        )
+    )
+
+
+def test_idle_workers_are_costed_by_their_stages_not_their_hand_over() -> None:
+    """The io scenario at 4 workers (a capture of 2026-11-24): the workers were busy 3% of
+    the window and their main thread took 2.05 ms per batch, handing over batches their read
+    thread had made ahead; the stage timers saw 47.7 ms of reads and parsing per batch. 4
+    workers deliver one every 11.9 ms against a 14.65 ms device step: keep 4 (1 would make
+    a step take ~48 ms)."""
+    # 20 batches in a 1 s window, 41 ms of producing in all: 2.05 ms per batch, busy ~1%.
+    side = _sidecar(4, produce_s=0.041, cpu_s=0.041)
+    rec = _rec_with_stages(14.65, side, stage_batch_ms=47.7, read_threads=1)
+    assert rec.measured is not None
+    assert rec.measured["handover_ms"] == 2.05 and rec.measured["batch_ms"] == 47.7
+    assert rec.value == 4
+    assert rec.reason is not None
+    assert "47.70 ms (their pipeline stages' time, over 1 read thread(s) each" in rec.reason
+    # Two read threads per worker halve a batch's wall cost: 23.85 ms, so ceil(23.85 * 1.25
+    # / 14.65) = 3 workers, one fewer.
+    assert _rec_with_stages(14.65, side, 47.7, read_threads=2).value == 3
+
+
+def test_busy_workers_keep_their_probe_time() -> None:
+    # Busy the whole window: the main thread waited for every batch; its time is the cost
+    # (the stage timers' thread time may add overlap: MaxText's heavy run read 519 against
+    # 487 ms).
+    side = _sidecar(1, produce_s=0.974, cpu_s=0.95)
+    rec = _rec_with_stages(300.0, side, stage_batch_ms=60.0, read_threads=1)
+    assert rec.measured is not None and rec.measured["batch_ms"] == 48.7

@@ -212,6 +212,7 @@ def _advice(
                 device_busy_ms=device_per_step / 1e6,
                 input_wait_ms=input_per_step / 1e6,
                 sidecar=sidecar,
+                stage_batch_ms=stages.worker_batch_ms if stages is not None else None,
             )
         )
         first = verdict.verdict == "input-bound"

@@ -59,6 +59,10 @@ class InputStages:
     #: The device's work per step: the time a batch must beat.
     budget_ms: float
     batches: int
+    #: Thread time the worker processes spent per batch they made, all pipeline stages
+    #: summed (ms; 0 without workers): what making one batch costs, whether or not the
+    #: worker's main thread waited for it (its read threads fill a buffer ahead).
+    worker_batch_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
@@ -160,6 +164,7 @@ def input_stages(
         effective_ms={s: round(eff[s], 4) for s in STAGES},
         budget_ms=round(device_ns_per_step / 1e6, 4),
         batches=measured.batches,
+        worker_batch_ms=round(sum(per_place["workers"].values()), 4) if workers else 0.0,
     )
 
 

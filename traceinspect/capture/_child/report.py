@@ -116,7 +116,11 @@ def grain_summary(cap: _Capture) -> GrainJSON | None:
     if workers is None:
         workers = last("DataLoader", "worker_count")
         buffer = last("DataLoader", "worker_buffer_size")
-    read_threads = last("ReadOptions", "num_threads")
+    # The pipeline's own ReadOptions come before its mp_prefetch; Grain builds more of its
+    # own afterwards (0.2.18: num_threads=4), which are not the workers' read threads.
+    mp_at = [e["unix_ns"] for e in cap.grain_events if e["kind"] == "mp_prefetch"]
+    before = min(mp_at[-1], cap.trace_start_ns or mp_at[-1]) if mp_at else cap.trace_start_ns
+    read_threads = cap._grain_setting("ReadOptions", "num_threads", before)
     if read_threads is None:
         read_threads = last("DataLoader", "read_threads")
     return {
@@ -124,7 +128,9 @@ def grain_summary(cap: _Capture) -> GrainJSON | None:
         "worker_count": workers,
         "per_worker_buffer_size": buffer,
         "read_threads": read_threads,
-        "read_prefetch_buffer_size": last("ReadOptions", "prefetch_buffer_size"),
+        "read_prefetch_buffer_size": cap._grain_setting(
+            "ReadOptions", "prefetch_buffer_size", before
+        ),
         "batch_size": last("batch", "batch_size"),
         "batch_rows": cap.batch_rows,
         "bytes_per_batch": cap.batch_bytes,
