@@ -166,3 +166,21 @@ def test_workers_are_measured_between_the_windows_two_snapshots() -> None:
     # No probe had written when the window opened: nothing to compare.
     cap.at_open = _Snapshot(wall_ns=10**9, cpu_ns=0, workers={})
     assert cap._workers_measured() is None
+
+
+def test_after_a_pause_one_fresh_block_must_agree() -> None:
+    """capture stops its early trace when the run is first steady, a pause of up to ~0.5 s:
+    the block it falls in is dropped, and the run is steady again once the next block agrees
+    with the two before it (not at once, and not only after three new blocks)."""
+    # 10 ms steps, then a 400 ms pause in step 151, then 10 ms steps again.
+    starts = _starts([10.0] * 151 + [410.0] + [10.0] * 100)
+    steady = _Steady(8)
+    steady.add(starts, 152)  # blocks of 50 steps (0.5 s): 1-50, 51-100, 101-150
+    assert [b[:2] for b in steady.blocks] == [(1, 50), (51, 100), (101, 150)]
+    assert steady.is_steady()
+    steady.resume_after(151)  # the early trace stopped at the start of step 151
+    assert not steady.is_steady()
+    steady.add(starts, 202)
+    assert len(steady.blocks) == 3 and not steady.is_steady()  # 152-201 not closed yet
+    steady.add(starts, 203)
+    assert steady.blocks[-1][:2] == (152, 201) and steady.is_steady()

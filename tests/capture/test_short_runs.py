@@ -26,16 +26,16 @@ SHORT = SCRIPTS / "short_run.py"
 WITHIN = 0.20
 
 
-def _truth(steps: int) -> float:
-    """The same step timed without traceinspect on one pre-built batch (best of 3)."""
+def _truth(steps: int) -> list[float]:
+    """The same loop timed without traceinspect on one pre-built batch, 3 times (ms)."""
     out = subprocess.run(
         [sys.executable, str(SHORT), "--truth", "--steps", str(steps)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    step_ms: float = json.loads(out.strip().splitlines()[-1])["step_ms"]
-    return step_ms
+    reps: list[float] = json.loads(out.strip().splitlines()[-1])["reps_ms"]
+    return reps
 
 
 def _summary_step_ms(summary: str) -> float:
@@ -58,8 +58,10 @@ def test_a_short_run_leaves_a_trace_timed_by_completed_steps(
     assert window["rule"] == "early" and (window["first_step"], window["last_step"]) == (2, 39)
     assert sidecar["early_trace"]["state"] == "kept"
     # Every traced step's completion was stamped: its last jitted call's output became ready.
+    # Every traced step's completion was stamped (its last jitted call's output became
+    # ready), but the last: the script's end waited for it, when, is not known.
     done = [s["done_unix_ns"] for s in sidecar["steps"] if s["traced"]]
-    assert None not in done and done == sorted(done)
+    assert None not in done[:-1] and done[:-1] == sorted(done[:-1])
     # The summary's step is the loop's own time per completed step under capture (the
     # script waits for the device at its end: steps 2-39), not the host's dispatch rate.
     loop_ms = json.loads(capfd.readouterr().out.strip().splitlines()[-1])["loop_step_ms"]
@@ -92,8 +94,10 @@ def test_a_script_that_raises_at_step_7_leaves_its_trace(tmp_path: Path) -> None
 
 def test_isolate_times_a_45_step_script_by_completed_steps(tmp_path: Path) -> None:
     """isolate's target phase (the first batch repeated, no profiler) against the same loop
-    on one pre-built batch; timed before and after, as this machine's speed drifts between
-    runs (best-of-3 figures of one script differ by up to 1.6x here)."""
+    on one pre-built batch, timed 3 times before and 3 times after: this machine's speed
+    drifts between runs (best-of-3 figures of one script differ by up to 1.6x here), so the
+    target must fall within 20% of the range they span. The host's dispatch rate, which
+    isolate reported before, is a fraction of it (5.24 ms for a ~9 ms step)."""
     before = _truth(45)
     command = [sys.executable, str(SHORT), "--steps", "45"]
     out = subprocess.run(
@@ -111,6 +115,6 @@ def test_isolate_times_a_45_step_script_by_completed_steps(tmp_path: Path) -> No
     found = re.search(r"target step\s+([0-9.]+) ms\s+\((\d+) completed steps", out.stdout)
     assert found, out.stdout
     target = float(found.group(1))
-    low, high = min(before, after), max(before, after)
+    low, high = min(before + after), max(before + after)
     assert low * (1 - WITHIN) <= target <= high * (1 + WITHIN), (before, target, after)
     assert "timed when their device work finished" in out.stdout

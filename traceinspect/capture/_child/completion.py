@@ -69,8 +69,10 @@ class Completions:
 
     def submit(self, index: int, key: str, output: Any) -> None:
         """Wait (on our thread) for ``output``, the last jitted call of step ``index``
-        (``key`` names the jitted function). Costs one pytree flatten on the caller."""
-        if index in self.done_ns or len(self.done_ns) >= MAX_STAMPED:
+        (``key`` names the jitted function), and stamp it; an ``index`` below 0 is waited on
+        (:meth:`drain` then waits for it too) but not stamped. Costs one pytree flatten on
+        the caller."""
+        if index >= 0 and (index in self.done_ns or len(self.done_ns) >= MAX_STAMPED):
             return
         leaf = self._leaf(key, output)
         if leaf is None:
@@ -135,4 +137,5 @@ class Completions:
                 self.failures += 1
                 self._bad.setdefault(key, set()).add(position)
                 continue
-            self.done_ns[index] = stamp
+            if index >= 0:
+                self.done_ns[index] = stamp

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._base import ANN_HOST_READ, SOURCE_ANNOTATION, SOURCE_JIT
 from .hooks import _wrap_method
-from .window import _TRACING, _Capture
+from .window import _Capture
 
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
     from traceinspect.sidecar import GlobalArrayJSON
@@ -155,7 +155,9 @@ def _describe_global_array(
 
 def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if cap.phase != _TRACING:
+        if not cap.tracing() or not cap.active():
+            # Outside the trace (the window, or the early trace), or not the training thread
+            # (capture's own completion waits among others).
             return orig(*args, **kwargs)
         if cap.timing_window() and not cap.in_host_read:
             # A phase of isolate: the time the loop waits on the device (outermost reads).

@@ -31,6 +31,15 @@ class _Steady:
         self.block_steps = block_steps
         self.block_start = 1  # step 0 compiles: never in a block
         self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
+        #: The last block must start at or after this step (see :meth:`resume_after`).
+        self.fresh_from = 0
+
+    def resume_after(self, step: int) -> None:
+        """Step ``step`` was disturbed (capture paused the script there): the block it was
+        in is dropped, blocks start again after it, and the run is steady again only once a
+        block after it agrees with the ones before (it shows the disturbance has passed)."""
+        self.block_start = step + 1
+        self.fresh_from = step + 1
 
     def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
         """Close every block complete in the first ``count`` (default all) of ``starts_ns``,
@@ -67,6 +76,8 @@ class _Steady:
     def is_steady(self) -> bool:
         means = self._last_means()
         if len(means) < STEADY_BLOCKS or self.trend() is not None:
+            return False
+        if self.blocks[-1][0] < self.fresh_from:
             return False
         return min(means) > 0 and max(means) / min(means) <= STEADY_TOLERANCE
 

@@ -64,8 +64,10 @@ _MIN_WINDOW_STEPS = 5
 # The early trace (the default window only): from the start of step EARLY_FROM_STEP (steps 0
 # and 1 trace and compile) until the run is first steady, at most EARLY_MAX_S. It is kept only
 # when the run ends before the steady window opens, so a short run, or one that crashes
-# early, still leaves a trace; the steady-state rule then starts its blocks again after the
-# early trace stopped, so the stop's pause is never inside a block nor in the window.
+# early, still leaves a trace. Stopping it pauses the script once (it writes the trace): the
+# steady-state rule drops the block that pause fell in and opens the window only once a block
+# after it agrees with those before (``_Steady.resume_after``), so the pause is never inside
+# a block nor in the window.
 EARLY_FROM_STEP = 2
 EARLY_MAX_S = 10.0
 # How long the end of a window waits for the device to finish the steps it traced.
@@ -321,7 +323,8 @@ class _Capture:
         steady.add(src.starts_ns, index + 1)
         if steady.is_steady():
             if self.early == "tracing":
-                # Stop the early trace first; the rule counts its blocks again from here.
+                # Stop the early trace first; the window opens once a block after that
+                # pause agrees with the blocks before it.
                 self._stop_early(index)
                 return False
             self.window_rule = "steady"
@@ -378,7 +381,7 @@ class _Capture:
 
     def _stop_early(self, index: int) -> None:
         """Stop the early trace at the start of step ``index``; its files wait in
-        ``early_dir``. The steady-state rule counts its blocks again after this step."""
+        ``early_dir``. The steady-state rule drops the block this pause falls in."""
         self._exit_step_annotation()
         began = time.perf_counter_ns()
         self.early_stop_ns = time.time_ns()
@@ -392,9 +395,7 @@ class _Capture:
             self.notes.append(f"the early trace could not be written ({exc})")
         self.early_costs_ms["stop"] = (time.perf_counter_ns() - began) / 1e6
         if self.steady is not None:
-            restarted = _Steady(self.steady.block_steps)
-            restarted.block_start = index + 1
-            self.steady = restarted
+            self.steady.resume_after(index)
 
     def _drop_early(self) -> None:
         if self.early == "tracing":
@@ -558,7 +559,12 @@ class _Capture:
                     self.partial_reasons.append(f"the script {how} inside the window")
                 else:
                     self.partial_reasons.append("the script ended inside the window")
+                # The step in progress never ended: its annotation would run on through the
+                # script's way out (Grain's workers shutting down: 776 ms of "idle" in a
+                # 14 ms step). Left unrecorded: the profiler stops before it is let go.
+                unfinished, self.step_traceme = self.step_traceme, None
                 self._stop_trace()
+                del unfinished
             elif self.phase == _WAITING:
                 self._drain()
                 self._keep_early(how)
@@ -588,14 +594,13 @@ class _Capture:
     def _drain(self) -> None:
         """Wait for the device to finish the steps dispatched so far (their completion
         stamps; the last jitted call's output counts for the step in progress)."""
-        chosen = self.chosen
         if self.last_output is not None:
             key, output = self.last_output
             self.last_output = None
-            # Without a chosen source yet (a run too short to choose), still waited on: the
-            # trace then holds the device's work of the steps it dispatched.
-            index = chosen.count - 1 if chosen is not None and chosen.count else -1
-            self.completions.submit(index, key, output)
+            # Waited on, so the trace holds the device's work of every step dispatched, but
+            # not stamped: submitted now, not when its step ended, its stamp would be late
+            # by whatever ran since (the script's way out).
+            self.completions.submit(-1, key, output)
         if not self.completions.drain(DRAIN_TIMEOUT_S):
             self.notes.append(
                 f"the device had not finished the traced steps {DRAIN_TIMEOUT_S:g} s after the "
