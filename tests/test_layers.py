@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "viewer",
         "results",
         "isolate",
+        "attach",
     ),  # orchestration: capture, analyse, combine, serve
     ("report",),  # text, JSON, HTML, plots
     ("cli",),  # thin commands

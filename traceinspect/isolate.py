@@ -508,7 +508,9 @@ def summarize(
     )
 
 
-def _completed_timing(steps: Sequence[SC.HostStep], timed: set[int]) -> tuple[float, float, int, str]:
+def _completed_timing(
+    steps: Sequence[SC.HostStep], timed: set[int]
+) -> tuple[float, float, int, str]:
     """The timed steps' mean and median time per completed step and how many it spans, from
     their completion stamps (``"completed"``); zeros and ``"host"`` below MIN_TIMED of them."""
     through = SC.completed_step_ms(steps, lambda s: s.index in timed)

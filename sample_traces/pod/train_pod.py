@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat-files", action="store_true", help="repeat the file list")
     parser.add_argument("--warmup", type=int, default=60, help="steps left out of the timing")
     parser.add_argument("--timing-json", help="write this process's step times to this file")
+    parser.add_argument(
+        "--profiler-port",
+        type=int,
+        help="serve jax's profiler on this port (jax.profiler.start_server), for capture --attach",
+    )
     args = parser.parse_args(argv)
     warmup = min(args.warmup, args.steps - 2)
     flags.FLAGS.mark_as_parsed()  # Grain reads absl flags
@@ -279,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
         num_processes=args.num_processes,
         process_id=args.process_id,
     )
+    if args.profiler_port:
+        jax.profiler.start_server(args.profiler_port)
     starts, end, loss = train(args)
     if args.timing_json:
         stats = {

@@ -205,7 +205,13 @@ def profiler_options(func: F) -> F:
             show_default=True,
             help="Time window start (s after start) if no step was found by then.",
         ),
-        click.option("--duration", default=5.0, show_default=True, help="Time window length (s)."),
+        click.option(
+            "--duration",
+            default=5.0,
+            show_default=True,
+            help="Time window length (s). With capture --attach: how long to trace (default "
+            "there: 3 s, or long enough for 20 steps when 3 s hold fewer than 10, at most 60).",
+        ),
         click.option("--host-tracer-level", default=2, show_default=True, help="0-3."),
         click.option(
             "--python-tracer/--no-python-tracer",

@@ -132,6 +132,28 @@ def progress_text(p: CaptureProgress) -> str:
 @click.option(
     "--analyze", is_flag=True, help="Analyze the trace once captured (as `traceinspect analyze`)."
 )
+@click.option(
+    "--attach",
+    "attach_to",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Trace jobs already running, through their profiler servers "
+    "(jax.profiler.start_server(PORT); MaxText: enable_jax_profiler=true), instead of "
+    "starting a script: several hosts of a pod as one run.",
+)
+@click.option(
+    "--every",
+    "every_s",
+    type=float,
+    default=None,
+    help="With --attach and --count: seconds from one snapshot's start to the next's.",
+)
+@click.option(
+    "--count",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --attach: snapshots to take; with more than one, the first and last are compared.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -151,6 +173,9 @@ def capture(
     workers: int | None,
     quiet: bool,
     analyze: bool,
+    attach_to: str | None,
+    every_s: float | None,
+    count: int,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -169,7 +194,43 @@ def capture(
       traceinspect capture --skip-steps 30 --steps 10 -- python -m mypkg.train
       traceinspect capture --workers 8 --stop-after -- train.py
       traceinspect capture --run-name pod1 --host-name host0 -- python train.py --id 0
+      traceinspect capture --attach localhost:9999 --analyze
+      traceinspect capture --attach host1:9999,host2:9999 --every 600 --count 3
     """
+    if attach_to is not None:
+        from traceinspect.cli.attach import run_attach
+
+        script_only = (
+            *("run_name", "host_name", "skip_steps", "steps", "max_wait_s"),
+            *("window_max_s", "stop_after", "early_trace", "workers"),
+        )
+        run_attach(
+            ctx,
+            addresses_text=attach_to,
+            # --duration given: that long; else sized to the job's steps.
+            duration_s=profiler.duration_s
+            if ctx.get_parameter_source("duration") is not click.core.ParameterSource.DEFAULT
+            else None,
+            every_s=every_s,
+            count=count,
+            logdir=logdir,
+            profiler=profiler,
+            analyze=analyze,
+            as_json=as_json,
+            quiet=quiet,
+            command=command,
+            others={
+                f"--{name.replace('_s', '').replace('_', '-')}": True
+                for name in script_only
+                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+            },
+        )
+        return
+    extra = (["--every"] if every_s is not None else []) + (["--count"] if count != 1 else [])
+    if extra:
+        from traceinspect.errors import UsageError
+
+        raise UsageError(f"{', '.join(extra)} go with --attach HOST:PORT")
     options = CaptureOptions(
         logdir=logdir,
         run_name=run_name,

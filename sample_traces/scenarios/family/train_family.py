@@ -203,8 +203,15 @@ def main(argv: list[str] | None = None) -> None:
         help="hidden layers of the MLP: more make a longer step",
     )
     parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
+    parser.add_argument(
+        "--profiler-port",
+        type=int,
+        help="serve jax's profiler on this port (jax.profiler.start_server), for capture --attach",
+    )
     args = parser.parse_args(argv)
     flags.FLAGS.mark_as_parsed()  # Grain's worker processes read absl flags
+    if args.profiler_port:
+        jax.profiler.start_server(args.profiler_port)
 
     starts = train(
         args.record,
