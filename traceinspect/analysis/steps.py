@@ -249,10 +249,42 @@ def _sidecar_steps(trace: Trace, lo: int, hi: int) -> Steps | None:
 
 
 def find_steps(trace: Trace) -> Steps:
-    """The steps of a trace from the best available source (may hold zero steps)."""
+    """The steps of a trace from the best available source (may hold zero steps): those of
+    capture's window where the trace began before it (capture's early trace went on as the
+    window's)."""
     lo, hi = trace.start_ns, trace.end_ns
     for finder in (_annotated, _device_steps_line, _group_ids, _repeated_program, _sidecar_steps):
         steps = finder(trace, lo, hi)
         if steps is not None and len(steps) >= 1:
-            return steps
+            return _from_window(trace, steps)
     return Steps("none", *(np.empty(0, np.int64),) * 3, main_line_row=None, dropped=0)
+
+
+def window_start(trace: Trace) -> int | None:
+    """Where capture's window opened, in the trace's time (ns), when the trace began before
+    it: the start of its first step (capture's early trace, from step 2, went on as the
+    window's once the run was steady). None otherwise."""
+    base = trace.metadata.get("profile_start_time")
+    sidecar = trace.sidecar
+    window = sidecar.window if sidecar is not None else None
+    if window is None or window.first_step is None or not isinstance(base, int):
+        return None
+    first = next((s for s in sidecar.steps if s.index == window.first_step), None)  # type: ignore[union-attr]
+    if first is None or first.start_unix_ns is None:
+        return None
+    at = first.start_unix_ns - base
+    return at if at > trace.start_ns else None
+
+
+def _from_window(trace: Trace, steps: Steps) -> Steps:
+    """``steps`` without those before capture's window (the warm-up the early trace holds;
+    not counted as dropped at the edges)."""
+    at = window_start(trace)
+    if at is None:
+        return steps
+    keep = steps.starts >= at
+    if keep.all():
+        return steps
+    return replace(
+        steps, starts=steps.starts[keep], ends=steps.ends[keep], numbers=steps.numbers[keep]
+    )

@@ -41,7 +41,7 @@ class CaptureOptions:
     logdir: str = "traceinspect_logs"
     #: None: open the window once the run is steady (``_child.steady.STEADY_*``); N: after N steps.
     skip_steps: int | None = None
-    #: None: at least 20 steps and at least 1 s (``_child.window.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
+    #: None: at least 20 steps and at least 1 s (``_child.state.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
     steps: int | None = None
     #: With the steady-state rule: open the window after this long even if not yet steady.
     max_wait_s: float = 120.0
@@ -49,7 +49,7 @@ class CaptureOptions:
     window_max_s: float = 60.0
     stop_after: bool = False
     #: With the steady-state rule: trace from step 2 until the run is first steady, kept only
-    #: when the script ends before the window opens (``_child.window.EARLY_*``).
+    #: when the script ends before the window opens (``_child.early.EARLY_*``).
     early_trace: bool = True
     step_source: str = "auto"
     delay_s: float = 10.0
@@ -144,12 +144,13 @@ class CaptureResult:
         mean = ""
         if step is not None:
             ms, count, how = step
-            mean = (
-                f", mean step {ms:.1f} ms over {count} completed step(s)"
-                if how == "completed"
-                else f", mean step {ms:.1f} ms (the host's dispatch rate: no step output to "
-                "wait on)"
-            )
+            mean = {
+                "completed": f", mean step {ms:.1f} ms over {count} completed step(s)",
+                "host": f", mean step {ms:.1f} ms over {count} step(s) (the device finished "
+                "them faster, running down steps queued before the window)",
+                "host only": f", mean step {ms:.1f} ms (the host's step starts: no step output "
+                "to wait on)",
+            }[how]
         state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
         reason = window.reason if window is not None else None
         why = f"; {reason}" if self.trace_paths and reason else ""

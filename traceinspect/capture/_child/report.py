@@ -14,10 +14,10 @@ from .measured import others_cores, stages_measured, workers_measured
 if TYPE_CHECKING:  # the sidecar's format and the capture (never imported at run time)
     from traceinspect.sidecar import ChildReportJSON, GrainJSON, PhaseReportJSON, StepJSON
 
-    from .window import _Capture
+    from .state import _State
 
 
-def build_report(cap: _Capture) -> ChildReportJSON:
+def build_report(cap: _State) -> ChildReportJSON:
     """What the parent adds to the sidecar (traceinspect.sidecar declares the format);
     in a phase of isolate, what the parent times (with ``phase``)."""
     distributed = cap.distributed or _distributed_info() or _NOT_DISTRIBUTED
@@ -104,12 +104,12 @@ def build_report(cap: _Capture) -> ChildReportJSON:
     return report
 
 
-def grain_summary(cap: _Capture) -> GrainJSON | None:
+def grain_summary(cap: _State) -> GrainJSON | None:
     if "grain" not in sys.modules and not cap.grain_events:
         return None
 
     def last(kind: str, field: str) -> Any:
-        return cap._grain_setting(kind, field, cap.trace_start_ns)
+        return cap._grain_setting(kind, field, cap.window_open_ns)
 
     workers = last("mp_prefetch", "num_workers")
     buffer = last("mp_prefetch", "per_worker_buffer_size")
@@ -119,7 +119,7 @@ def grain_summary(cap: _Capture) -> GrainJSON | None:
     # The pipeline's own ReadOptions come before its mp_prefetch; Grain builds more of its
     # own afterwards (0.2.18: num_threads=4), which are not the workers' read threads.
     mp_at = [e["unix_ns"] for e in cap.grain_events if e["kind"] == "mp_prefetch"]
-    before = min(mp_at[-1], cap.trace_start_ns or mp_at[-1]) if mp_at else cap.trace_start_ns
+    before = min(mp_at[-1], cap.window_open_ns or mp_at[-1]) if mp_at else cap.window_open_ns
     read_threads = cap._grain_setting("ReadOptions", "num_threads", before)
     if read_threads is None:
         read_threads = last("DataLoader", "read_threads")

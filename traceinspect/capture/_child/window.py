@@ -1,18 +1,15 @@
-"""The trace window: counting steps, the steady-state rule that opens the window, the
-profiler started and stopped around it, and the child's report written at the end."""
+"""The trace window: counting steps, the steady-state rule that opens the window (``steady``),
+the profiler started and stopped around it, and how the script's end closes it. The state
+it drives is ``state.py``; the early trace ``early.py``; the report ``report.py``."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ._base import (
     _PRIORITY,
@@ -22,184 +19,28 @@ from ._base import (
     TIMING_TARGET,
     _StopAfter,
     _warn,
-    _write_json_atomic,
 )
-from .completion import Completions
-from .facts import _distributed_info, _memory_facts
-from .measured import _Snapshot, take_snapshot, workers_measured
+from .early import EARLY_FROM_STEP, EARLY_MAX_S, _EarlyTrace
+from .facts import _distributed_info
 from .profiler import move_exported_files, start_profiler, stop_profiler
-from .report import build_report
+from .state import (
+    _DONE,
+    _MAX_STEPS_KEPT,
+    _TRACING,
+    _WAITING,
+    DEFAULT_STEPS,
+    WINDOW_MIN_S,
+    _Source,
+)
 from .steady import STEADY_BLOCK_STEPS, _Steady
 
-if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
-    from traceinspect.sidecar import (
-        ChildReportJSON,
-        GlobalArrayJSON,
-        WorkersMeasuredJSON,
-    )
-
-# Bounded so that a million-step run does not grow the report without limit.
-_MAX_STEPS_KEPT = 10_000
-_MAX_GRAIN_EVENTS = 200
-#: Global arrays built from the loop's batches that the report describes: the loop builds
-#: the same one every step, so the first few say how.
-GLOBAL_ARRAYS_KEPT = 4
-
-_WAITING, _TRACING, _DONE = "waiting", "tracing", "done"
-# The status file for the parent's progress line: rewritten at most this often.
-_STATUS_EVERY_NS = 250_000_000
-
-
-@dataclasses.dataclass
-class _Source:
-    kind: str
-    key: str
-    detail: str
-    starts_ns: list[int] = dataclasses.field(default_factory=list)
-    step_nums: list[int | None] = dataclasses.field(default_factory=list)
-    count: int = 0
-
+__all__ = ["DEFAULT_STEPS", "WINDOW_MIN_S", "_TRACING", "_Capture", "_Source"]
 
 _MIN_WINDOW_STEPS = 5
-# The early trace (the default window only): from the start of step EARLY_FROM_STEP (steps 0
-# and 1 trace and compile) until the run is first steady, at most EARLY_MAX_S. It is kept only
-# when the run ends before the steady window opens, so a short run, or one that crashes
-# early, still leaves a trace. Stopping it pauses the script once (it writes the trace): the
-# steady-state rule drops the block that pause fell in and opens the window only once a block
-# after it agrees with those before (``_Steady.resume_after``), so the pause is never inside
-# a block nor in the window.
-EARLY_FROM_STEP = 2
-EARLY_MAX_S = 10.0
-# How long the end of a window waits for the device to finish the steps it traced.
-DRAIN_TIMEOUT_S = 60.0
-# The default window: at least DEFAULT_STEPS steps and at least WINDOW_MIN_S long (more steps
-# when steps are short); an explicit --steps N traces exactly N.
-DEFAULT_STEPS = 20
-WINDOW_MIN_S = 1.0
 
 
-class _Capture:
+class _Capture(_EarlyTrace):
     """Counts steps, opens and closes the trace window, and writes the child's report."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
-        self.pid = os.getpid()
-        self.lock = threading.RLock()
-        self.phase = _WAITING
-        skip = config.get("skip_steps")
-        self.skip: int | None = None if skip is None else int(skip)
-        # None: the default window, DEFAULT_STEPS steps and at least WINDOW_MIN_S long.
-        requested = config.get("steps")
-        self.steps = DEFAULT_STEPS if requested is None else int(requested)
-        self.window_min_s = WINDOW_MIN_S if requested is None else 0.0
-        self.max_wait_s = float(config["max_wait_s"])
-        self.window_max_s = float(config["window_max_s"])
-        self.steady: _Steady | None = None
-        self.window_rule: str | None = None
-        self.window_reason: str | None = None
-        self.batches_in_window = 0
-        self.worker_stats_dir: str | None = None
-        #: The input-pipeline stage table of this process (set when Grain is patched).
-        self.stage_table: Callable[[], dict[str, dict[str, list[int]]]] | None = None
-        self.at_open: _Snapshot | None = None
-        self.at_close: _Snapshot | None = None
-        self.forced = config.get("step_source") or "auto"
-        self.sources: dict[tuple[str, str], _Source] = {}
-        self.chosen: _Source | None = None
-        self.window_first: int | None = None
-        self.window_end: int | None = None  # the step whose start closed the window
-        #: The last step of a kept early trace (the window of a run that ended first).
-        self.window_last_fixed: int | None = None
-        #: The early trace: None (not started), "tracing", "stopped" (its files wait in
-        #: ``early_dir`` until the window is captured) or "off" (not for this capture).
-        self.early: str | None = (
-            "off"
-            if config.get("timing") is not None
-            or self.skip is not None
-            or config.get("no_early_trace")
-            else None
-        )
-        self.early_dir = str(config.get("export_dir", "")) + "-early"
-        self.early_first: int | None = None
-        self.early_last: int | None = None
-        self.early_start_ns: int | None = None
-        self.early_stop_ns: int | None = None
-        #: What starting and stopping the early trace cost the script's main thread (ms).
-        self.early_costs_ms: dict[str, float] = {}
-        #: When each step's device work finished (completion.py), and the last jitted call.
-        self.completions = Completions()
-        self.last_output: tuple[str, Any] | None = None
-        self.window_complete = False
-        self.trace_start_ns: int | None = None
-        self.trace_stop_ns: int | None = None
-        self.trace_files: list[str] = []
-        self.notes: list[str] = []
-        self.partial_reasons: list[str] = []
-        self.stopped_by_us = False
-        self.ended_how: str | None = None
-        self.script_start_ns = time.time_ns()
-        # Before the script takes any. The report is written when the window closes, while
-        # the workers and their buffers hold memory (which the buffer_memory check would add
-        # once more), and again at exit, with whatever the script still holds then.
-        self.memory_at_start = _memory_facts()
-        self.step_traceme: Any = None
-        self.grain_events: list[dict[str, Any]] = []
-        self.batch_bytes: int | None = None
-        #: Digests of the first batches the loop drew (grain_patches.FINGERPRINTED_BATCHES).
-        self.first_batches: list[str] = []
-        #: The leading size of the first batch the loop drew (its first NumPy array's).
-        self.batch_rows: int | None = None
-        #: ids of the NumPy arrays of the last batch the loop drew, while global arrays are
-        #: still wanted: jax_patches matches the arrays the script hands to jax against them.
-        self.batch_leaf_ids: frozenset[int] = frozenset()
-        self.global_arrays: list[GlobalArrayJSON] = []
-        self.device_tracer_applied: bool | None = None
-        self.grain_worker_profiling: bool | None = None
-        self.distributed: dict[str, int] | None = None
-        self.thread_state = threading.local()
-        self.main_thread = threading.main_thread()
-        #: A phase of ``traceinspect isolate`` (``_base.TIMING_*``), or None for a capture.
-        #: A phase times the window's steps on the host: no profiler, no annotations.
-        self.timing: str | None = config.get("timing")
-        deadline = config.get("deadline_s")
-        #: A phase stops at the first step this long after the script started.
-        self.deadline_s: float | None = None if deadline is None else float(deadline)
-        #: Outermost Grain next() calls on the main thread (batches the loop drew).
-        self.batches_drawn = 0
-        #: The target phase's batch: the first one the loop drew, returned every time.
-        self.first_batch: Any = None
-        self.has_first_batch = False
-        #: Why a phase ended early (its time limit, the iterator ran out, no Grain).
-        self.phase_end: str | None = None
-        #: In a phase's window: the main thread's time in Grain next() and in host reads of
-        #: device values (ns), and the reads.
-        self.window_input_ns = 0
-        self.window_read_ns = 0
-        self.window_reads = 0
-        self.in_host_read = False
-
-    # -- helpers used by the hooks ------------------------------------------------------------
-
-    def active(self) -> bool:
-        """Hooks do nothing in forked children and outside the main thread."""
-        return os.getpid() == self.pid and threading.current_thread() is self.main_thread
-
-    def wants_global_arrays(self) -> bool:
-        return len(self.global_arrays) < GLOBAL_ARRAYS_KEPT
-
-    def tracing(self) -> bool:
-        return (self.phase == _TRACING or self.early == "tracing") and os.getpid() == self.pid
-
-    def annotate(self, name: str, **stats: Any) -> contextlib.AbstractContextManager[Any]:
-        if not self.tracing() or self.timing is not None:
-            return contextlib.nullcontext()
-        jax_profiler = sys.modules.get("jax.profiler")
-        if jax_profiler is None:
-            return contextlib.nullcontext()
-        ctx: contextlib.AbstractContextManager[Any] = jax_profiler.TraceAnnotation(name, **stats)
-        return ctx
-
-    # -- steps --------------------------------------------------------------------------------
 
     def on_step(self, kind: str, key: str, detail: str, step_num: int | None = None) -> None:
         """Called at the start of every candidate step, on the main thread."""
@@ -268,7 +109,7 @@ class _Capture:
                     self._enter_step_annotation(index, step_num)
             elif self.phase == _TRACING and self.window_first is not None:
                 traced = index - self.window_first
-                elapsed_s = (now - (self.trace_start_ns or now)) / 1e9
+                elapsed_s = (now - (self.window_open_ns or now)) / 1e9
                 long_enough = elapsed_s >= self.window_max_s and traced >= _MIN_WINDOW_STEPS
                 # At least WINDOW_MIN_S long: enough bursts of a worker pipeline, and enough
                 # time for the worker probes' 50 ms counters to measure a rate.
@@ -322,11 +163,6 @@ class _Capture:
         steady = self.steady
         steady.add(src.starts_ns, index + 1)
         if steady.is_steady():
-            if self.early == "tracing":
-                # Stop the early trace first; the window opens once a block after that
-                # pause agrees with the blocks before it.
-                self._stop_early(index)
-                return False
             self.window_rule = "steady"
             self.window_reason = steady.reason(index)
             return True
@@ -339,8 +175,6 @@ class _Capture:
                 f"({self.config.get('max_wait_option', '--max-wait')})"
             )
             self.notes.append(self.window_reason)
-            if self.early == "tracing":
-                self._stop_early(index)
             return True
         return False
 
@@ -358,90 +192,24 @@ class _Capture:
         traceme.__enter__()
         self.step_traceme = traceme
 
-    def _exit_step_annotation(self) -> None:
-        traceme, self.step_traceme = self.step_traceme, None
-        if traceme is not None:
-            with contextlib.suppress(Exception):
-                traceme.__exit__(None, None, None)
-
-    # -- the early trace ----------------------------------------------------------------------
-
-    def _start_early(self, index: int) -> None:
-        """Trace from step ``index`` on, in case the run ends before the window opens."""
-        began = time.perf_counter_ns()
-        try:
-            self.device_tracer_applied = start_profiler(self.config, self.early_dir)
-        except Exception as exc:
-            self.early = "off"
-            self.notes.append(f"no early trace: the profiler could not start ({exc})")
-            return
-        self.early = "tracing"
-        self.early_start_ns = time.time_ns()
-        self.early_costs_ms["start"] = (time.perf_counter_ns() - began) / 1e6
-
-    def _stop_early(self, index: int) -> None:
-        """Stop the early trace at the start of step ``index``; its files wait in
-        ``early_dir``. The steady-state rule drops the block this pause falls in."""
-        self._exit_step_annotation()
-        began = time.perf_counter_ns()
-        self.early_stop_ns = time.time_ns()
-        if self.early_first is not None:
-            self.early_last = index - 1
-        try:
-            stop_profiler()
-            self.early = "stopped"
-        except Exception as exc:
-            self.early = "off"
-            self.notes.append(f"the early trace could not be written ({exc})")
-        self.early_costs_ms["stop"] = (time.perf_counter_ns() - began) / 1e6
-        if self.steady is not None:
-            self.steady.resume_after(index)
-
-    def _drop_early(self) -> None:
-        if self.early == "tracing":
-            with contextlib.suppress(Exception):
-                stop_profiler()
-        if self.early in ("tracing", "stopped"):
-            self.early = "dropped"
-        shutil.rmtree(self.early_dir, ignore_errors=True)
-
-    def _keep_early(self, how: str) -> None:
-        """The run ended before the window opened: the early trace becomes the capture's,
-        marked as not steady."""
-        if self.early == "tracing":
-            chosen = self.chosen
-            self._stop_early(chosen.count if chosen is not None else 0)
-        if self.early != "stopped":
-            return
-        try:
-            self.trace_files += move_exported_files(
-                self.early_dir, self.config["run_dir"], self.config.get("host_name")
-            )
-        except Exception as exc:
-            self.partial_reasons.append(f"the early trace could not be kept: {exc}")
-            return
-        self.early = "kept"
-        self.window_rule = "early"
-        self.trace_start_ns, self.trace_stop_ns = self.early_start_ns, self.early_stop_ns
-        self.window_first = self.early_first
-        self.window_last_fixed = self.early_last
-        first, last = self.early_first, self.early_last
-        steps = f"steps {first}-{last}" if first is not None and last is not None else "a trace"
-        why = self.steady.describe() if self.steady else "too few steps"
-        self.window_reason = (
-            f"the script {how} before the run was steady ({why}): kept the early trace, "
-            f"{steps} after compilation; not a steady window (run more steps, or give "
-            "--skip-steps N, for one)"
-        )
-
-    # -- the profiler -------------------------------------------------------------------------
-
     def _start_trace(self) -> bool:
         if self.timing is not None:
             # A phase of isolate times steps on the host only: the profiler would slow them.
-            self.trace_start_ns = time.time_ns()
+            self.trace_start_ns = self.window_open_ns = time.time_ns()
             self.at_open = self._snapshot()
             self.phase = _TRACING
+            return True
+        if self.early == "tracing":
+            # The early trace goes on as the window's: no stop and restart, so no pause in
+            # the run (writing a trace holds the script 50-450 ms, and a 4-worker pipeline
+            # then took more than a block to settle again). The analysis reads the window's
+            # steps only (the sidecar says where it opened).
+            self.early = "window"
+            self.trace_start_ns = self.early_start_ns
+            self.window_open_ns = time.time_ns()
+            self.at_open = self._snapshot()
+            self.phase = _TRACING
+            self.write_status(force=True)
             return True
         try:
             self.device_tracer_applied = start_profiler(self.config, self.config["export_dir"])
@@ -450,7 +218,7 @@ class _Capture:
             self.partial_reasons.append(f"the profiler could not start: {exc}")
             _warn(f"could not start the profiler ({exc}); the script goes on untraced")
             return False
-        self.trace_start_ns = time.time_ns()
+        self.trace_start_ns = self.window_open_ns = time.time_ns()
         self.at_open = self._snapshot()
         self.phase = _TRACING
         self.write_status(force=True)
@@ -471,8 +239,9 @@ class _Capture:
         self.write_status("writing", force=True)
         try:
             stop_profiler()
+            exported = self.early_dir if self.early == "window" else self.config["export_dir"]
             self.trace_files += move_exported_files(
-                self.config["export_dir"], self.config["run_dir"], self.config.get("host_name")
+                exported, self.config["run_dir"], self.config.get("host_name")
             )
         except Exception as exc:
             self.partial_reasons.append(f"the trace could not be written: {exc}")
@@ -492,18 +261,6 @@ class _Capture:
             return "time window"
         last = self._window_last()
         return f"steps {self.window_first}-{last} ({chosen.detail})"
-
-    def _window_last(self) -> int | None:
-        if self.chosen is None or self.window_first is None:
-            return None
-        seen_last = self.chosen.count - 1
-        if self.window_last_fixed is not None:
-            return self.window_last_fixed
-        if self.window_complete and self.window_end is not None:
-            return self.window_end - 1
-        return max(self.window_first, seen_last)
-
-    # -- time window --------------------------------------------------------------------------
 
     def start_time_window(self) -> None:
         thread = threading.Thread(target=self._time_window, name="traceinspect-time", daemon=True)
@@ -536,10 +293,6 @@ class _Capture:
                 import _thread
 
                 _thread.interrupt_main(signal.SIGTERM)
-
-    stop_requested = False
-
-    # -- the end ------------------------------------------------------------------------------
 
     def finish(self, how: str) -> None:
         """Close the trace window however the script ended, then write the report."""
@@ -590,96 +343,3 @@ class _Capture:
             self.write_report()
             if self.worker_stats_dir is not None:
                 shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
-
-    def _drain(self) -> None:
-        """Wait for the device to finish the steps dispatched so far (their completion
-        stamps; the last jitted call's output counts for the step in progress)."""
-        if self.last_output is not None:
-            key, output = self.last_output
-            self.last_output = None
-            # Waited on, so the trace holds the device's work of every step dispatched, but
-            # not stamped: submitted now, not when its step ended, its stamp would be late
-            # by whatever ran since (the script's way out).
-            self.completions.submit(-1, key, output)
-        if not self.completions.drain(DRAIN_TIMEOUT_S):
-            self.notes.append(
-                f"the device had not finished the traced steps {DRAIN_TIMEOUT_S:g} s after the "
-                "window closed: the step times after that are the host's"
-            )
-
-    # -- progress -----------------------------------------------------------------------------
-
-    def write_status(self, phase: str | None = None, force: bool = False) -> None:
-        """Where the capture is, for the parent's progress line: a small file (config
-        ``status_path``, absent unless the parent shows progress) rewritten at most every
-        ``_STATUS_EVERY_NS``, and at once when the window opens or closes."""
-        path = self.config.get("status_path")
-        now = time.monotonic_ns()
-        if not path or (not force and now - self.status_ns < _STATUS_EVERY_NS):
-            return
-        self.status_ns = now
-        with self.lock, contextlib.suppress(Exception):
-            chosen = self.chosen
-            starts = chosen.starts_ns if chosen is not None else []
-            complete = chosen is not None and len(starts) == chosen.count >= 2
-            status = {
-                "phase": phase or self.phase,
-                "steps": chosen.count if chosen is not None else 0,
-                "last_step_ms": (starts[-1] - starts[-2]) / 1e6 if complete else None,
-                "first_step": self.window_first,
-                "last_step": self._window_last(),
-                "rule": self.window_rule,
-                "skip_steps": self.skip,
-                "source": chosen.kind if chosen is not None else None,
-            }
-            _write_json_atomic(path, status)
-
-    status_ns = 0
-
-    def report(self) -> ChildReportJSON:
-        """What the parent adds to the sidecar (``report.build_report``)."""
-        return build_report(self)
-
-    def write_report(self) -> None:
-        try:
-            _write_json_atomic(self.config["report_path"], self.report())
-        except Exception as exc:
-            _warn(f"could not write the capture report ({exc})")
-
-    # -- grain observations -------------------------------------------------------------------
-
-    def grain_event(self, kind: str, **fields: Any) -> None:
-        if os.getpid() != self.pid or len(self.grain_events) >= _MAX_GRAIN_EVENTS:
-            return
-        self.grain_events.append({"kind": kind, "unix_ns": time.time_ns(), **fields})
-
-    def _grain_setting(self, kind: str, field: str, before: int | None = None) -> Any:
-        """The last value of ``field`` in Grain constructions of ``kind`` seen before
-        ``before`` (Unix ns; default now)."""
-        before = before or time.time_ns()
-        values = [
-            e[field]
-            for e in self.grain_events
-            if e["kind"] == kind and e.get(field) is not None and e["unix_ns"] <= before
-        ]
-        return values[-1] if values else None
-
-    # -- Grain worker processes ---------------------------------------------------------------
-
-    def worker_probe_dir(self) -> str:
-        """Where the worker probes write their counters (made on first use)."""
-        if self.worker_stats_dir is None:
-            import tempfile
-
-            self.worker_stats_dir = tempfile.mkdtemp(prefix="traceinspect-workers-")
-        return self.worker_stats_dir
-
-    def _snapshot(self) -> _Snapshot:
-        """This process's CPU time and the worker probes' counters, now (and, in a phase of
-        isolate, how busy the machine was)."""
-        return take_snapshot(
-            self.worker_stats_dir, self.stage_table, self.pid if self.timing is not None else None
-        )
-
-    def _workers_measured(self) -> WorkersMeasuredJSON | None:
-        return workers_measured(self.at_open, self.at_close, self.batches_in_window)
