@@ -565,8 +565,11 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
             f"{run.elapsed_s:.0f} s): give the script more steps, or a longer --phase-timeout"
         )
     mean_ms, median_ms, count, timed_by = _completed_timing(record.steps, timed)
-    if timed_by == "host":
+    if timed_by == "host" or (walls and statistics.fmean(walls) > mean_ms):
+        # No stamps, or the host's step starts were slower: the device ran down steps queued
+        # before the window, and the loop's pace is the host's.
         mean_ms, median_ms, count = statistics.fmean(walls), statistics.median(walls), len(walls)
+        timed_by = "host"
     return PhaseTiming(
         phase=run.phase,
         mean_ms=mean_ms,

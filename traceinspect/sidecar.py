@@ -465,17 +465,20 @@ class Sidecar:
         return completed_step_ms(self.steps, lambda s: s.traced)
 
     def step_time_ms(self) -> tuple[float, int, str] | None:
-        """The traced window's mean step: ``(ms, steps, "completed")`` from the device's
-        completion stamps when there are some, else ``(ms, steps, "host")`` from the host's
-        step starts (its dispatch rate: below the device's step while the device's queue
-        fills)."""
-        done = self.traced_throughput_ms()
-        if done is not None:
-            return done[0], done[1], "completed"
+        """The traced window's mean step, ``(ms, steps, how)``: the slower of the host's step
+        starts and the device's completions over the window, the pace the run can keep.
+        ``how`` is ``"completed"`` when the completions are slower (the host ran ahead
+        while the device's queue filled: its step starts read as little as half the step),
+        ``"host"`` when the step starts are (the device ran down steps queued before the
+        window, faster than the loop feeds it), ``"host only"`` without completion stamps."""
         walls = self.traced_step_walls_ms()
-        if not walls:
+        host = sum(walls) / len(walls) if walls else None
+        done = self.traced_throughput_ms()
+        if done is not None and (host is None or done[0] >= host):
+            return done[0], done[1], "completed"
+        if host is None:
             return None
-        return sum(walls) / len(walls), len(walls), "host"
+        return host, len(walls), "host" if done is not None else "host only"
 
 
 def parse(data: Mapping[str, Any]) -> Sidecar | None:

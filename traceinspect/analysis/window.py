@@ -122,10 +122,15 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
         if device_ms > 0 and abs(host_ms / device_ms - 1) > REPRESENTATIVE:
             notes.append(
                 f"The host started the traced steps every {host_ms:.2f} ms, the device finished "
-                f"them every {device_ms:.2f} ms: the host "
-                + ("ran ahead while the device's queue filled" if host_ms < device_ms else "lagged")
-                + f", so step times read from the host are not the run's; its step is "
-                f"{device_ms:.2f} ms (completed steps, the device's throughput)."
+                f"them every {device_ms:.2f} ms: "
+                + (
+                    "the host ran ahead while the device's queue filled, so step times read "
+                    f"from the host are not the run's; its step is {device_ms:.2f} ms"
+                    if host_ms < device_ms
+                    else "the device ran down steps queued before the window, faster than the "
+                    f"loop feeds it; the run's pace is the host's {host_ms:.2f} ms"
+                )
+                + " (the slower of the two)."
             )
     if traced and len(after) >= _MIN_STEPS_AFTER:
         t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))

@@ -351,7 +351,7 @@ def _analyse(run_dir: str) -> dict[str, Any]:
         "p10_ms": round(float(np.percentile(wall_ms, 10)), 4) if len(wall_ms) else None,
         # Time per completed step (the device's throughput) where capture stamped when each
         # step's work finished, else the traced steps' mean host time.
-        "mean_ms": completed if completed is not None else mean_ms,
+        "mean_ms": max(completed or 0.0, mean_ms or 0.0) or None,
         "input_wait_ms": analysis.input_ms_per_step,
         "idle_fractions": dict(analysis.cause_fractions),
         "verdict": analysis.verdict,
