@@ -148,3 +148,20 @@ def test_addresses_are_checked() -> None:
         parse_addresses("h1:1,h1:1")
     with pytest.raises(Exception, match="is not HOST:PORT"):
         parse_addresses("h1:70000")
+
+
+def test_a_host_that_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that never completes the connection (down, or a firewall dropping packets):
+    after CONNECT_TIMEOUT_S, one line."""
+    from traceinspect.capture import attach as attach_module
+
+    def silent(address: tuple[str, int], timeout: float) -> socket.socket:
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(attach_module.socket, "create_connection", silent)
+    code, out = _attach(tmp_path, "10.1.2.3:9999")
+    assert code == 2
+    assert out == (
+        "Error: 10.1.2.3:9999 did not answer within 5 s: is the host up and the port open to "
+        "this machine (a firewall, another network)?\n"
+    )
