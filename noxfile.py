@@ -9,7 +9,8 @@ of its own (made with uv, in seconds):
 - ``stack(newest-3.12)``, ``stack(newest-3.13)``: the newest jax, jaxlib and Grain each
   Python allows (unpinned: whatever the registry serves the day it runs, printed first);
 - ``maxtext``: MaxText's own training loop under ``traceinspect capture``, on Python 3.12 with
-  MaxText's training-path dependencies (``tests/maxtext_loop/``).
+  MaxText's training-path dependencies (``tests/maxtext_loop/``);
+- ``docs``: the documentation site (``mkdocs.yml``), built with warnings as errors.
 
 Each stack runs the tests that do not depend on the stack once more (the trace reader and
 the analysis on the bundled traces: a 3.10 gets pandas 2) and the tests marked ``stack``
@@ -18,6 +19,7 @@ the analysis on the bundled traces: a 3.10 gets pandas 2) and the tests marked `
     nox                      # the whole matrix (what CI runs after pytest)
     nox -s 'stack(newest-3.12)'
     nox -s maxtext
+    nox -s docs
     nox -l                   # list the sessions
 
 Pythons are found on PATH (``python3.12``), else among pyenv's installed versions.
@@ -33,7 +35,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["stack", "maxtext"]
+nox.options.sessions = ["stack", "maxtext", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack we keep: jax 0.6.1 is the first with jax.profiler.ProfileOptions (capture
@@ -122,4 +124,21 @@ def maxtext(session: nox.Session) -> None:
         "tests/maxtext_loop",
         *session.posargs,
         env={"TRACEINSPECT_MAXTEXT": "require"},
+    )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml), built strictly: a broken link fails it.
+
+    Into a scratch folder, on the Python nox runs on: the site needs no stack of its own."""
+    session.install("-e", ".[docs]")
+    site = Path(session.create_tmp()) / "site"
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(site),
+        env={"NO_MKDOCS_2_WARNING": "1"},
     )

@@ -45,6 +45,8 @@ def test_every_command_is_documented() -> None:
         "view",
         "capture",
         "sweep",
+        "isolate",
+        "sample",
     } <= names
 
 

@@ -469,9 +469,10 @@ def test_pod_behind_a_url(tmp_path: Path) -> None:
         mem.rm("/pod", recursive=True)
 
 
-def test_readme_shows_the_real_pod_output() -> None:
-    """The README's multi-host example is what the command prints on the bundled pod."""
-    readme = (POD_SAMPLES.parents[1] / "README.md").read_text()
+def test_docs_show_the_real_pod_output() -> None:
+    """The documentation's multi-host example is what the command prints on the bundled pod
+    (tests/test_readme.py checks every example line by line; this one with one job)."""
+    readme = (POD_SAMPLES.parents[1] / "docs" / "multi-host.md").read_text()
     block = readme.split("$ traceinspect analyze sample_traces/pod/straggler\n", 1)[1]
     shown = [line for line in block.split("```", 1)[0].splitlines() if line != "..."]
     out = CliRunner().invoke(main, ["analyze", str(POD_SAMPLES / "straggler"), "-j", "1"])

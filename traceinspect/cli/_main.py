@@ -16,7 +16,8 @@ from traceinspect.errors import TraceInspectError
 # Each command's module, imported only when that command runs (or help lists it): a
 # command pays for its own imports alone (`analyze` does not import capture's runner).
 _COMMANDS = (
-    "analyze", "compare", "info", "events", "export", "view", "capture", "sweep", "isolate"
+    "analyze", "compare", "info", "events", "export", "view", "capture", "sweep", "isolate",
+    "sample",
 )  # fmt: skip
 
 
@@ -54,7 +55,8 @@ def main() -> None:
 
     \b
     Examples:
-      traceinspect info sample_traces/cpu_mlp_sync_every_step.xplane.pb
+      traceinspect analyze $(traceinspect sample)
+      traceinspect info $(traceinspect sample)
       traceinspect events ./traceinspect_logs --name 'PjitFunction' --limit 20
     """
 

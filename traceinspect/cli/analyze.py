@@ -91,10 +91,10 @@ def analyze(
 
     \b
     Examples:
-      traceinspect analyze sample_traces/cpu_mlp_sync_every_step.xplane.pb
+      traceinspect analyze $(traceinspect sample)
       traceinspect analyze ./traceinspect_logs --json
       traceinspect analyze ./traceinspect_logs --plots plots/ --html report.html
-      traceinspect analyze sample_traces/pod/straggler --jobs 2
+      traceinspect analyze ./pod_logs --jobs 2
       traceinspect analyze gs://bucket/run/tensorboard --scheduler tcp://10.0.0.2:8786
     """
     from traceinspect.xplane.locate import locate

@@ -43,7 +43,7 @@ def compare(
 
     \b
     Examples:
-      traceinspect compare sample_traces/scenarios/sync_bound sample_traces/scenarios/healthy
+      traceinspect compare $(traceinspect sample) ./traceinspect_logs
       traceinspect compare logs_before/ logs_after/ --json
     """
     from traceinspect.analysis.analyze import analyze

@@ -63,7 +63,7 @@ def events(
 
     \b
     Examples:
-      traceinspect events trace.xplane.pb --line '^python$' --name PjitFunction
+      traceinspect events $(traceinspect sample) --line '^python$' --name PjitFunction
       traceinspect events ./traceinspect_logs --plane 'device:TPU:0' --line 'XLA Ops' \\
           --sort duration --limit 20
       traceinspect events trace.xplane.pb --format parquet -o events.parquet

@@ -84,10 +84,10 @@ def export(
 
     \b
     Examples:
-      traceinspect export sample_traces/cpu_mlp_sync_every_step.xplane.pb -o trace.json.gz
+      traceinspect export $(traceinspect sample) -o trace.json.gz
       traceinspect export ./traceinspect_logs -o steps.json.gz --steps 10:15
       traceinspect export big.xplane.pb -o part.json.gz --window 1200:1800 --max-events 200000
-      traceinspect export sample_traces/pod/straggler -o host2.json.gz --host host2
+      traceinspect export ./pod_logs -o host2.json.gz --host host2
     """
     from traceinspect.analysis.analyze import analyze
     from traceinspect.report.perfetto import PERFETTO_UI, perfetto_trace

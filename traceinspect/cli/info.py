@@ -25,7 +25,7 @@ def info(
 
     \b
     Examples:
-      traceinspect info sample_traces/cpu_mlp_sync_every_step.xplane.pb
+      traceinspect info $(traceinspect sample)
       traceinspect info ./traceinspect_logs --json
     """
     from traceinspect.analysis.overview import overview

@@ -55,7 +55,7 @@ def view(
 
     \b
     Examples:
-      traceinspect view sample_traces/scenarios/sync_bound/vm.xplane.pb
+      traceinspect view $(traceinspect sample)
       traceinspect view ./traceinspect_logs --run 2025_01_31_12_00_00 --port 8791
       traceinspect view ./pod_logs --host host2 --top 10
     """
