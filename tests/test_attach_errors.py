@@ -153,12 +153,11 @@ def test_addresses_are_checked() -> None:
 def test_a_host_that_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A host that never completes the connection (down, or a firewall dropping packets):
     after CONNECT_TIMEOUT_S, one line."""
-    from traceinspect.capture import attach as attach_module
 
     def silent(address: tuple[str, int], timeout: float) -> socket.socket:
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(attach_module.socket, "create_connection", silent)
+    monkeypatch.setattr(socket, "create_connection", silent)
     code, out = _attach(tmp_path, "10.1.2.3:9999")
     assert code == 2
     assert out == (

@@ -50,8 +50,8 @@ from make_family import scenario_args  # noqa: E402
 
 from traceinspect.capture import wait_for_quiet  # noqa: E402
 from traceinspect.capture._child.facts import _machine_busy_s  # noqa: E402
-from traceinspect.capture._child.steady import _Steady  # noqa: E402
 from traceinspect.capture._child.state import DEFAULT_STEPS, WINDOW_MIN_S  # noqa: E402
+from traceinspect.capture._child.steady import _Steady  # noqa: E402
 from traceinspect.isolate import BUSY_OTHERS, QUIET_WAIT_S, TOLERANCE, TRIES  # noqa: E402
 
 # A loop that never waits dispatches its first steps at once: enough steps that the
