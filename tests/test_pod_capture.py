@@ -9,9 +9,12 @@ read in more ``mp_prefetch`` workers than each host has files.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -205,3 +208,44 @@ def test_a_worker_without_a_file_ends_the_pipeline(tmp_path: Path, make_pod: Mod
         (tmp_path / "plugins/profile/nofile/host0.traceinspect.capture.json").read_text()
     )
     assert any(n.startswith("3 mp_prefetch workers share 2 file(s)") for n in sidecar["notes"])
+
+
+def test_attach_to_a_two_host_pod_names_the_slow_host(tmp_path: Path, make_pod: ModuleType) -> None:
+    """capture --attach to both hosts of a running pod, each serving jax's profiler: one run
+    directory with both hosts' traces, and the pod analysis names the slow one."""
+    from traceinspect.attach import snapshot
+    from traceinspect.capture.attach import wait_for_server
+
+    pod = make_pod.Pod(hosts=2, slow_host=1, slow_ms=20.0)
+    coordinator = f"127.0.0.1:{make_pod.free_port()}"
+    ports = [make_pod.free_port(), make_pod.free_port()]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *pod.train_args(i, coordinator, 600), f"--profiler-port={ports[i]}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        addresses = tuple(f"127.0.0.1:{p}" for p in ports)
+        for address, proc in zip(addresses, procs, strict=True):
+            wait_for_server(address, 60.0, running=functools.partial(_running, proc))
+        time.sleep(6.0)  # compile and warm-up before attaching
+        shot = snapshot(addresses, 3.0, logdir=str(tmp_path / "logs"))
+        names = sorted(Path(p).name for p in shot.result.trace_paths)
+        assert names == [f"127.0.0.1_{ports[0]}.xplane.pb", f"127.0.0.1_{ports[1]}.xplane.pb"]
+        pod_result = traceinspect.analyze_run(shot.result.run_dir, jobs=1)
+        assert pod_result.straggler is not None, pod_result.summary
+        assert pod_result.straggler.host == f"127.0.0.1_{ports[1]}", pod_result.summary
+        for proc in procs:
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out
+    finally:
+        make_pod._stop(procs)
+
+
+def _running(process: subprocess.Popen[str]) -> bool:
+    return process.poll() is None

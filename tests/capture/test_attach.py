@@ -5,25 +5,22 @@ not disturbed: its exit code and output are those of the same run never attached
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import traceinspect
 from traceinspect.attach import snapshot
-from traceinspect.capture.attach import check_reachable
+from traceinspect.capture.attach import wait_for_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
-MAKE_POD = REPO / "sample_traces" / "pod" / "make_pod.py"
 READ_FLOAT_W0 = [
     *("--record", "light", "--read", "float", "--workers", "0", "--read-threads", "0"),
     *("--steps", "500"),
@@ -39,16 +36,8 @@ def _free_port() -> int:
     return port
 
 
-def _wait_for_server(address: str, process: subprocess.Popen[str], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            check_reachable(address, timeout_s=1.0)
-            return
-        except traceinspect.CaptureError:
-            time.sleep(0.2)
-    raise AssertionError(f"{address}: the job's profiler server never came up")
+def _wait_for_server(address: str, process: subprocess.Popen[str]) -> None:
+    wait_for_server(address, 60.0, running=lambda: process.poll() is None)
 
 
 def _family(args: list[str], port: int | None) -> subprocess.Popen[str]:
@@ -94,46 +83,3 @@ def test_attach_to_a_training_job(tmp_path: Path, args: list[str], verdict: str)
     out_served, _ = served.communicate(timeout=300)
     out_plain, _ = plain.communicate(timeout=300)
     assert (served.returncode, out_served) == (plain.returncode, out_plain) == (0, out_plain)
-
-
-def _make_pod() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_pod", MAKE_POD)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_pod"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_attach_to_a_two_host_pod_names_the_slow_host(tmp_path: Path) -> None:
-    pytest.importorskip("jax")
-    make_pod = _make_pod()
-    pod = make_pod.Pod(hosts=2, slow_host=1, slow_ms=20.0)
-    coordinator = f"127.0.0.1:{make_pod.free_port()}"
-    ports = [_free_port(), _free_port()]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, *pod.train_args(i, coordinator, 600), f"--profiler-port={ports[i]}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        for i in range(2)
-    ]
-    try:
-        addresses = tuple(f"127.0.0.1:{p}" for p in ports)
-        for address, proc in zip(addresses, procs, strict=True):
-            _wait_for_server(address, proc)
-        time.sleep(WARMUP_S)
-        shot = snapshot(addresses, 3.0, logdir=str(tmp_path / "logs"))
-        names = sorted(Path(p).name for p in shot.result.trace_paths)
-        assert names == [f"127.0.0.1_{ports[0]}.xplane.pb", f"127.0.0.1_{ports[1]}.xplane.pb"]
-        pod_result = traceinspect.analyze_run(shot.result.run_dir, jobs=1)
-        assert pod_result.straggler is not None, pod_result.summary
-        assert pod_result.straggler.host == f"127.0.0.1_{ports[1]}", pod_result.summary
-        for proc in procs:
-            out, _ = proc.communicate(timeout=300)
-            assert proc.returncode == 0, out
-    finally:
-        make_pod._stop(procs)

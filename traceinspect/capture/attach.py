@@ -24,6 +24,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from traceinspect.capture._runner import _prepare_logdir
@@ -107,6 +109,24 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise CaptureError(
             f"no profiler server at {address} ({exc.strerror or exc}): {advice}"
         ) from None
+
+
+def wait_for_server(
+    address: str, timeout_s: float, running: Callable[[], bool] | None = None
+) -> None:
+    """Wait until something accepts connections at ``address`` (a job starting its profiler
+    server); CaptureError after ``timeout_s``, or as soon as ``running()`` says the job ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if running is not None and not running():
+            raise CaptureError(f"{address}: the job ended before its profiler server answered")
+        try:
+            check_reachable(address, timeout_s=min(1.0, timeout_s))
+            return
+        except CaptureError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def attach(
