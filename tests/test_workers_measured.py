@@ -208,3 +208,19 @@ def test_busy_workers_keep_their_probe_time() -> None:
     side = _sidecar(1, produce_s=0.974, cpu_s=0.95)
     rec = _rec_with_stages(300.0, side, stage_batch_ms=60.0, read_threads=1)
     assert rec.measured is not None and rec.measured["batch_ms"] == 48.7
+
+
+def test_fewer_workers_only_where_they_keep_up_with_the_measured_step() -> None:
+    """io at 4 workers: a batch costs a worker 47.7 ms and the run steps every 14 ms, but the
+    CPU floor read 21 ms (a 2-core machine shared with 4 workers): the floor alone would say
+    3 workers (ceil(47.7 * 1.25 / 21)); 3 deliver a batch every 15.9 ms, slower than the
+    step measured, so 4 stay."""
+    side = _sidecar(4, produce_s=0.041, cpu_s=0.041)
+    # (0.8 s + the workers' 0.041 s of CPU) / 20 batches, on 2 cores: 21.0 ms a step.
+    side["grain"]["workers_measured"]["main_process_cpu_s"] = 0.8
+    side["grain"]["read_threads"] = 1
+    rec = recommend_workers(
+        worker_inputs("device-bound", 14.0, 8.0, 0.0, parse(side), stage_batch_ms=47.7)
+    )
+    assert rec.measured is not None and rec.measured["host_cpu_floor_ms"] == 21.025
+    assert rec.value == 4

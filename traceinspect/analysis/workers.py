@@ -328,6 +328,12 @@ def _from_measurement(
         # The workers in use already deliver a batch within the knee's tolerance of the
         # fastest step this host can run: more would not help.
         needed = m
+    if needed < m and inputs.step_ms > 0:
+        # Fewer only where they would still deliver a batch, with headroom, within the step
+        # this run measured: the floor and the device's work are lower bounds, and the
+        # family's io pipeline at 4 workers (a 14 ms step) was told to keep 3 when its CPU
+        # floor read 20 ms, where 3 workers run a 14.4 ms step against 11.2 at 4.
+        needed = max(needed, min(m, math.ceil(w * HEADROOM / inputs.step_ms)))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
     cpu_ms = w * measured.cpu_share
     cores = inputs.cpus or value
