@@ -1,7 +1,8 @@
 """Capture from running processes' profiler servers (``capture --attach``).
 
-A job that serves its profiler (``jax.profiler.start_server(PORT)``; MaxText:
-``enable_jax_profiler=true jax_profiler_port=PORT``) is traced for a while by XProf's own
+A job that serves its profiler (``jax.profiler.start_server(PORT)``; MaxText 0.2.5's
+trainer starts none: its ``enable_jax_profiler`` is read by its inference server only, see
+docs/maxtext.md) is traced for a while by XProf's own
 profiler client, the one TensorBoard's "capture profile" button and ``python -m
 jax.collect_profile`` use (``xprof.convert._pywrap_profiler_plugin.trace``), several hosts
 at once as ``host1:port,host2:port``. The client runs in a child interpreter: it logs to
@@ -92,8 +93,8 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Raise a one-line CaptureError unless something accepts connections at ``address``."""
     host, _, port = address.rpartition(":")
     advice = (
-        "start the profiler server in the job (jax.profiler.start_server(PORT); MaxText: "
-        "enable_jax_profiler=true jax_profiler_port=PORT), or check the host and port"
+        "start the profiler server in the job (jax.profiler.start_server(PORT)), or check "
+        "the host and port"
     )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):

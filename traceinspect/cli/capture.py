@@ -137,7 +137,7 @@ def progress_text(p: CaptureProgress) -> str:
     "attach_to",
     metavar="HOST:PORT[,HOST:PORT...]",
     help="Trace jobs already running, through their profiler servers "
-    "(jax.profiler.start_server(PORT); MaxText: enable_jax_profiler=true), instead of "
+    "(jax.profiler.start_server(PORT) in the job), instead of "
     "starting a script: several hosts of a pod as one run.",
 )
 @click.option(
