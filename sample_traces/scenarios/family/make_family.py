@@ -79,9 +79,11 @@ def run_plain(name: str, steps: int = STEPS) -> float:
     return (starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP)
 
 
-def measure(repeats: int, out: Path | None = None) -> dict[str, Any]:
+def measure(repeats: int, out: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
     names = [f"{r}_w{w}" for r in RECORDS for w in WORKERS]
     names += [f"read_{read}_w{w}" for read in READS for w in (0, 2)]
+    if only:
+        names = [n for n in names if any(n.startswith(prefix) for prefix in only)]
     runs: dict[str, list[float]] = {n: [] for n in names}
     for repeat in range(repeats):
         for name in names:
@@ -196,13 +198,16 @@ def keep(name: str) -> None:
         print(f"{name}: {analyze(target)['verdict']}", flush=True)
 
 
-def verify(names: list[str], repeats: int, out: Path | None = None) -> None:
+def verify(
+    names: list[str], repeats: int, out: Path | None = None, keep: Path | None = None
+) -> None:
     found: dict[str, list[tuple[str, int | None]]] = {}
     for name in names:
         verdicts = []
-        for _ in range(repeats):
+        for i in range(repeats):
             with tempfile.TemporaryDirectory() as tmp:
-                result = analyze(capture(name, Path(tmp)))
+                logdir = keep / f"{name}-{i + 1}" if keep is not None else Path(tmp)
+                result = analyze(capture(name, logdir))
             rec = next(
                 (r for r in result.get("recommendations", []) if r["kind"] == "grain_worker_count"),
                 None,
@@ -237,6 +242,12 @@ def main() -> None:
     m = sub.add_parser("measure")
     m.add_argument("--repeats", type=int, default=3)
     m.add_argument("--out", type=Path, help="where to write (default measurements.json)")
+    m.add_argument(
+        "--only",
+        nargs="+",
+        metavar="PREFIX",
+        help="only the configurations named so (io_, read_prev)",
+    )
     c = sub.add_parser("capture")
     c.add_argument("names", nargs="*", default=BUNDLED)
     s = sub.add_parser("summarize", help="measurements.json from a log of `measure`")
@@ -248,9 +259,10 @@ def main() -> None:
     v.add_argument("--repeats", type=int, default=10)
     v.add_argument("names", nargs="+")
     v.add_argument("--out", type=Path, help="also write every verdict and count as JSON")
+    v.add_argument("--keep", type=Path, help="keep each capture's log directory under KEEP")
     args = parser.parse_args()
     if args.command == "measure":
-        out = measure(args.repeats, args.out)
+        out = measure(args.repeats, args.out, args.only)
         print(json.dumps({"best_ms": out["best_ms"], "knees": out["knees"]}, indent=1))
     elif args.command == "auto":
         print(json.dumps(auto_counts(args.ram_budget_mb)))
@@ -261,7 +273,7 @@ def main() -> None:
         for name in args.names:
             keep(name)
     else:
-        verify(args.names, args.repeats, args.out)
+        verify(args.names, args.repeats, args.out, args.keep)
 
 
 if __name__ == "__main__":
