@@ -33,19 +33,30 @@ def train(logdir: Path, *args: str, **options: Any) -> CaptureResult:
 
 
 def trace_events(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Events of the main Python thread, by name, each with its stats (jax's own reader)."""
-    from jax.profiler import ProfileData
+    """Events of the host plane (/host:CPU), by name, each with its stats, its duration and
+    its line, read by traceinspect's own reader (cross-checked against jax's ProfileData by
+    tests/test_profiledata.py, which jax before 0.7 does not have)."""
+    import traceinspect
 
+    trace = traceinspect.load(path, use_cache=False)
+    events = trace.events
+    host = events[events["plane"] == "/host:CPU"]
+    stats = trace.event_stats
+    stats = stats[stats["event_row"].isin(host.index)]
+    by_event: dict[int, dict[str, Any]] = collections.defaultdict(dict)
+    for row, stat, kind, int_value, float_value, str_value in stats.itertuples(index=False):
+        value = {"int64": int_value, "uint64": int_value, "double": float_value}.get(
+            str(kind), str_value
+        )
+        by_event[int(row)][str(stat)] = value
     out: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for plane in ProfileData.from_file(path).planes:
-        if plane.name != "/host:CPU":
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                stats = dict(event.stats)
-                stats["duration_ns"] = event.duration_ns
-                stats["line"] = line.name
-                out[event.name].append(stats)
+    for row, line, name, duration in zip(
+        host.index, host["line"], host["name"], host["duration_ns"], strict=True
+    ):
+        record = dict(by_event.get(int(row), {}))
+        record["duration_ns"] = int(duration)
+        record["line"] = str(line)
+        out[str(name)].append(record)
     return out
 
 
