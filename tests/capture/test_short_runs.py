@@ -118,3 +118,25 @@ def test_isolate_times_a_45_step_script_by_completed_steps(tmp_path: Path) -> No
     low, high = min(before + after), max(before + after)
     assert low * (1 - WITHIN) <= target <= high * (1 + WITHIN), (before, target, after)
     assert "timed when their device work finished" in out.stdout
+
+
+def test_steps_after_the_time_window_still_get_their_trace(tmp_path: Path) -> None:
+    """A job whose set-up outlasts the time window's delay (MaxText on a loaded machine took
+    over 10 s to its first step, and got 5 s of nothing traced): the time window's trace is
+    set aside when the steps begin, and the run's trace is of its steps."""
+    result = run_capture(
+        [sys.executable, str(SHORT), "--steps", "40", "--start-delay", "6"],
+        # After jax's import (2-4 s here), before the loop.
+        CaptureOptions(logdir=str(tmp_path), delay_s=4.0, duration_s=1.0),
+    )
+    assert result.exit_code == 0 and len(result.trace_paths) == 1
+    sidecar = read_sidecar(result)
+    assert sidecar["step_source"] == "grain"
+    assert sidecar["window"]["rule"] == "early"
+    (note,) = [n for n in sidecar["notes"] if "time window" in n]
+    assert note.endswith(
+        "after the time window (--delay): its trace was set aside for a window of steps"
+    )
+    assert sorted(p.name for p in Path(result.run_dir).iterdir() if p.suffix == ".pb") == [
+        Path(result.trace_paths[0]).name
+    ]

@@ -59,6 +59,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--crash-at", type=int, default=-1)
     parser.add_argument("--truth", action="store_true")
+    parser.add_argument(
+        "--start-delay", type=float, default=0.0, help="seconds of set-up before the loop"
+    )
     args = parser.parse_args()
     if args.truth:
         reps = truth(args.steps)
@@ -67,6 +70,7 @@ def main() -> None:
     from absl import flags
 
     flags.FLAGS.mark_as_parsed()
+    time.sleep(args.start_delay)  # a long set-up: loading, sharding, compiling elsewhere
     batches = iter(grain.MapDataset.range(10_000).map(make_batch).to_iter_dataset())
     w = jnp.eye(SIZE, dtype=jnp.float32)
     loss = jnp.zeros(())

@@ -112,6 +112,8 @@ class _State:
         #: When the window opened: the trace's start, or later when the early trace went on
         #: as the window's.
         self.window_open_ns: int | None = None
+        #: The time window's trace, set aside when steps began after it: (folder, names).
+        self.time_aside: tuple[str, list[str]] | None = None
         self.trace_stop_ns: int | None = None
         self.trace_files: list[str] = []
         self.notes: list[str] = []

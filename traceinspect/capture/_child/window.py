@@ -4,6 +4,8 @@ it drives is ``state.py``; the early trace ``early.py``; the report ``report.py`
 
 from __future__ import annotations
 
+import contextlib
+import pathlib
 import shutil
 import signal
 import sys
@@ -70,6 +72,8 @@ class _Capture(_EarlyTrace):
                 # traced window is representative.
                 src.starts_ns.append(now)
                 src.step_nums.append(step_num)
+            if self.phase == _DONE and self._time_window_taken():
+                self._set_time_window_aside(now)
             if self.phase == _DONE:
                 return
             if self.deadline_s is not None and now - self.script_start_ns >= self.deadline_s * 1e9:
@@ -294,6 +298,48 @@ class _Capture(_EarlyTrace):
 
                 _thread.interrupt_main(signal.SIGTERM)
 
+    def _time_window_taken(self) -> bool:
+        chosen = self.chosen
+        return (
+            chosen is not None
+            and chosen.kind == SOURCE_TIME
+            and self.timing is None
+            and not self.stopped_by_us
+            and bool(self.trace_files)
+        )
+
+    def _set_time_window_aside(self, now: int) -> None:
+        """Steps began after the time window (a job whose set-up outlasted ``delay_s``:
+        MaxText on a loaded machine took over 10 s to its first step): its trace is set
+        aside, kept only if no window of steps is captured, and the steps are counted."""
+        aside = pathlib.Path(self.early_dir + "-time")
+        aside.mkdir(parents=True, exist_ok=True)
+        for name in self.trace_files:
+            with contextlib.suppress(OSError):
+                pathlib.Path(self.config["run_dir"], name).replace(aside / name)
+        self.time_aside = (str(aside), list(self.trace_files))
+        waited = (now - self.script_start_ns) / 1e9
+        self.notes.append(
+            f"steps began {waited:.0f} s after the script started, after the time window "
+            "(--delay): its trace was set aside for a window of steps"
+        )
+        self.trace_files = []
+        self.chosen = None
+        self.phase = _WAITING
+        self.window_complete = False
+        self.trace_start_ns = self.trace_stop_ns = self.window_open_ns = None
+        self.at_open = self.at_close = None
+
+    def _restore_time_window(self) -> None:
+        """No window of steps was captured: the time window's trace is the run's."""
+        aside, names = self.time_aside or ("", [])
+        for name in names:
+            with contextlib.suppress(OSError):
+                pathlib.Path(aside, name).replace(pathlib.Path(self.config["run_dir"], name))
+                self.trace_files.append(name)
+        shutil.rmtree(aside, ignore_errors=True)
+        self.time_aside = None
+
     def finish(self, how: str) -> None:
         """Close the trace window however the script ended, then write the report."""
         # A second Ctrl-C must not cut the trace file in half.
@@ -340,6 +386,11 @@ class _Capture(_EarlyTrace):
                         _warn(f"{self._window_text()} captured in {self.config['run_dir']}")
                 self.phase = _DONE
             self._drop_early()
+            if self.time_aside is not None:
+                if self.trace_files:
+                    shutil.rmtree(self.time_aside[0], ignore_errors=True)
+                else:
+                    self._restore_time_window()
             self.write_report()
             if self.worker_stats_dir is not None:
                 shutil.rmtree(self.worker_stats_dir, ignore_errors=True)
