@@ -121,7 +121,11 @@ def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
 ) -> None:
     config = runs.CONFIGS["heavy"]
     data = runs.data_file(config, data_dir)
-    truth = {w: runs.run_plain(config, data, w, PLAIN_STEPS, tmp_path / "plain") for w in (1, 2, 4)}
+    # Best of 2 runs each, interleaved: a run on this shared machine is only ever slowed by
+    # others, and single runs put 2 workers 19% over 4 in one CI run (343.6 against 289.1
+    # ms) where the day before they were within 3%.
+    timed = runs.measure(config, data, (1, 2, 4), PLAIN_STEPS, 2, tmp_path / "plain")
+    truth = {w: min(ms) for w, ms in timed.items()}
     knee = runs.knee(truth)
     # The premise: one worker holds the step back.
     assert truth[1] > min(truth.values()) * (1 + WITHIN), truth
