@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAMILY = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
 READ_FLOAT_W0 = [
     *("--record", "light", "--read", "float", "--workers", "0", "--read-threads", "0"),
-    *("--steps", "500"),
+    *("--steps", "1500"),
 ]
 # The family's window opens ~60-200 steps in (2-4 s): attach after that.
 WARMUP_S = 6.0

@@ -92,7 +92,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     # program has that id.
     named_rows = named[S.EVENT_ROW].to_numpy()
     named_ids = named[S.INT_VALUE].to_numpy()
-    named_modules = named[S.STR_VALUE].astype(str).to_numpy()
+    named_modules = named[S.STR_VALUE].astype(object).to_numpy()
     per_id = pd.DataFrame({"id": named_ids, "module": named_modules}).groupby("id")["module"]
     counts = per_id.nunique()
     module_of = per_id.first()[counts == 1]
@@ -113,7 +113,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             N.RUN_ID: frame[S.INT_VALUE].to_numpy(),
-            "module": frame[S.STR_VALUE].astype(str).to_numpy(),
+            "module": frame[S.STR_VALUE].astype(object).to_numpy(),
             S.START_NS: starts,
             S.END_NS: starts + ev[S.DURATION_NS].to_numpy()[rows],
         }
