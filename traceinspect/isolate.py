@@ -516,8 +516,8 @@ def _completed_timing(
     through = SC.completed_step_ms(steps, lambda s: s.index in timed)
     if through is None or through[1] < MIN_TIMED:
         return 0.0, 0.0, 0, "host"
-    done = {s.index: int(s.done_unix_ns) for s in steps if s.done_unix_ns is not None}
-    gaps = [(done[i] - done[i - 1]) / 1e6 for i in sorted(timed) if i in done and i - 1 in done]
+    all_gaps = SC.completed_gaps_ms(steps)
+    gaps = [all_gaps[i] for i in sorted(timed) if i in all_gaps]
     median = statistics.median(gaps) if gaps else through[0]
     return through[0], median, through[1], "completed"
 

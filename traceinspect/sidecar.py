@@ -593,6 +593,13 @@ def completed_step_ms(
     return (done[b] - done[a]) / 1e6 / (b - a), b - a
 
 
+def completed_gaps_ms(steps: Sequence[HostStep]) -> dict[int, float]:
+    """Step index -> the time (ms) from the previous step's completion stamp to its own, for
+    the steps stamped whose previous step is stamped too."""
+    done = {s.index: s.done_unix_ns for s in steps if s.done_unix_ns is not None}
+    return {i: (t - done[i - 1]) / 1e6 for i, t in sorted(done.items()) if i - 1 in done}
+
+
 def _read_grain(value: object) -> GrainSettings | None:
     if not isinstance(value, Mapping) or not value:
         return None

@@ -10,7 +10,7 @@ import numpy as np
 
 from traceinspect.errors import UsageError
 from traceinspect.report.axes import finish_axes, new_axes
-from traceinspect.sidecar import HostStep, Sidecar
+from traceinspect.sidecar import HostStep, Sidecar, completed_gaps_ms
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -95,11 +95,10 @@ def plot_step_curve(sidecar: Sidecar, ax: Axes | None = None) -> Axes:
 def _completed_steps(sidecar: Sidecar) -> tuple[np.ndarray, np.ndarray]:
     """Steps with a completion stamp whose previous step has one too, and the time between
     the two stamps (ms)."""
-    done = {s.index: s.done_unix_ns for s in sidecar.steps if s.done_unix_ns is not None}
-    pairs = [(i, (t - done[i - 1]) / 1e6) for i, t in sorted(done.items()) if i - 1 in done]
+    gaps = completed_gaps_ms(sidecar.steps)
     return (
-        np.array([i for i, _ in pairs], dtype=np.int64),
-        np.array([ms for _, ms in pairs], dtype=np.float64),
+        np.array(list(gaps), dtype=np.int64),
+        np.array(list(gaps.values()), dtype=np.float64),
     )
 
 
