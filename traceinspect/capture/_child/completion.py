@@ -46,7 +46,6 @@ class Completions:
         self._order: dict[str, list[int]] = {}
         self._bad: dict[str, set[int]] = {}
         self._learned: dict[str, int] = {}
-        self.failures = 0
 
     def learning(self, key: str) -> bool:
         """Whether the outputs of ``key``'s calls are still checked for donated leaves."""
@@ -134,7 +133,6 @@ class Completions:
             if deleted:
                 # Donated to the next step (or failed): no stamp, and the next smallest leaf
                 # of this function from now on.
-                self.failures += 1
                 self._bad.setdefault(key, set()).add(position)
                 continue
             if index >= 0:
