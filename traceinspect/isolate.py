@@ -55,7 +55,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -508,20 +507,6 @@ def summarize(
     )
 
 
-def _completed_timing(
-    steps: Sequence[SC.HostStep], timed: set[int]
-) -> tuple[float, float, int, str]:
-    """The timed steps' mean and median time per completed step and how many it spans, from
-    their completion stamps (``"completed"``); zeros and ``"host"`` below MIN_TIMED of them."""
-    through = SC.completed_step_ms(steps, lambda s: s.index in timed)
-    if through is None or through[1] < MIN_TIMED:
-        return 0.0, 0.0, 0, "host"
-    all_gaps = SC.completed_gaps_ms(steps)
-    gaps = [all_gaps[i] for i in sorted(timed) if i in all_gaps]
-    median = statistics.median(gaps) if gaps else through[0]
-    return through[0], median, through[1], "completed"
-
-
 def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
     """A phase's figure from its report: the steady window's steps, else what it had."""
     record = run.record
@@ -564,18 +549,15 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
             f"the {run.phase} phase timed no steady steps ({seen} step(s) seen in "
             f"{run.elapsed_s:.0f} s): give the script more steps, or a longer --phase-timeout"
         )
-    mean_ms, median_ms, count, timed_by = _completed_timing(record.steps, timed)
-    if timed_by == "host" or (walls and statistics.fmean(walls) > mean_ms):
-        # No stamps, or the host's step starts were slower: the device ran down steps queued
-        # before the window, and the loop's pace is the host's.
-        mean_ms, median_ms, count = statistics.fmean(walls), statistics.median(walls), len(walls)
-        timed_by = "host"
+    pace = SC.step_pace(record.steps, lambda s: s.index in timed, min_completed=MIN_TIMED)
+    if pace is None:  # not reached: MIN_TIMED walls at least
+        raise IsolateError(f"the {run.phase} phase timed no steps")
     return PhaseTiming(
         phase=run.phase,
-        mean_ms=mean_ms,
-        median_ms=median_ms,
-        count=count,
-        timed_by=timed_by,
+        mean_ms=pace.mean_ms,
+        median_ms=pace.median_ms,
+        count=pace.count,
+        timed_by="completed" if pace.how == "completed" else "host",
         how=how,
         note="; ".join(notes) or None,
         step_source=record.step_source,

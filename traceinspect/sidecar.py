@@ -81,6 +81,7 @@ Fields (times in Unix ns):
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
@@ -465,20 +466,10 @@ class Sidecar:
         return completed_step_ms(self.steps, lambda s: s.traced)
 
     def step_time_ms(self) -> tuple[float, int, str] | None:
-        """The traced window's mean step, ``(ms, steps, how)``: the slower of the host's step
-        starts and the device's completions over the window, the pace the run can keep.
-        ``how`` is ``"completed"`` when the completions are slower (the host ran ahead
-        while the device's queue filled: its step starts read as little as half the step),
-        ``"host"`` when the step starts are (the device ran down steps queued before the
-        window, faster than the loop feeds it), ``"host only"`` without completion stamps."""
-        walls = self.traced_step_walls_ms()
-        host = sum(walls) / len(walls) if walls else None
-        done = self.traced_throughput_ms()
-        if done is not None and (host is None or done[0] >= host):
-            return done[0], done[1], "completed"
-        if host is None:
-            return None
-        return host, len(walls), "host" if done is not None else "host only"
+        """The traced window's mean step, ``(ms, steps, how)``: :func:`step_pace` over the
+        traced steps."""
+        pace = step_pace(self.steps, lambda s: s.traced)
+        return None if pace is None else (pace.mean_ms, pace.count, pace.how)
 
 
 def parse(data: Mapping[str, Any]) -> Sidecar | None:
@@ -598,6 +589,42 @@ def completed_gaps_ms(steps: Sequence[HostStep]) -> dict[int, float]:
     the steps stamped whose previous step is stamped too."""
     done = {s.index: s.done_unix_ns for s in steps if s.done_unix_ns is not None}
     return {i: (t - done[i - 1]) / 1e6 for i, t in sorted(done.items()) if i - 1 in done}
+
+
+@dataclass(frozen=True)
+class StepPace:
+    """The pace a run kept over some steps: see :func:`step_pace`."""
+
+    mean_ms: float
+    median_ms: float
+    count: int
+    how: str  # "completed", "host" or "host only"
+
+
+def step_pace(
+    steps: Sequence[HostStep], chosen: Callable[[HostStep], bool], *, min_completed: int = 1
+) -> StepPace | None:
+    """The ``chosen`` steps' pace: the slower of the host's step starts and the device's
+    completions, the pace the run can keep. ``how`` is ``"completed"`` when the completions
+    are slower (the host ran ahead while the device's queue filled: its step starts read as
+    little as half the step), ``"host"`` when the step starts are (the device ran down steps
+    queued before the window, faster than the loop fed it), ``"host only"`` without
+    completion stamps over at least ``min_completed`` steps. The median is of the gaps
+    between consecutive completions, or of the host walls. None without either."""
+    walls = [s.wall_ms for s in steps if chosen(s) and s.wall_ms is not None]
+    host = statistics.fmean(walls) if walls else None
+    done = completed_step_ms(steps, chosen)
+    if done is not None and done[1] < min_completed:
+        done = None
+    if done is not None and (host is None or done[0] >= host):
+        gaps = completed_gaps_ms(steps)
+        picked = [gaps[s.index] for s in steps if chosen(s) and s.index in gaps]
+        median = statistics.median(picked) if picked else done[0]
+        return StepPace(done[0], median, done[1], "completed")
+    if not walls:
+        return None
+    how = "host" if done is not None else "host only"
+    return StepPace(statistics.fmean(walls), statistics.median(walls), len(walls), how)
 
 
 def _read_grain(value: object) -> GrainSettings | None:
