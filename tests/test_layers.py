@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "pod",
         "viewer",
         "results",
+        "answers",
         "isolate",
         "attach",
     ),  # orchestration: capture, analyse, combine, serve

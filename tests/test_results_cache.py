@@ -8,6 +8,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,6 +140,7 @@ def test_a_new_sidecar_is_analysed_again(run: Path, loads: list[str]) -> None:
 @pytest.mark.parametrize("damage", ["truncated", "not-npz", "other-identity"])
 def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> None:
     first = _analyze(str(run), "--json")
+    _forget_answers()
     (entry,) = cache_dir().glob("*.analysis.npz")
     if damage == "truncated":
         entry.write_bytes(entry.read_bytes()[:200])
@@ -154,6 +157,64 @@ def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> 
             np.savez(fh, **arrays)
     assert _analyze(str(run), "--json") == first
     assert len(loads) == 2
+
+
+def _forget_answers() -> None:
+    """Drop the printed answers, so the next run reads the stored analysis."""
+    for answer in cache_dir().glob("*.answer.json"):
+        answer.unlink()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other-identity", "other-path"])
+def test_a_damaged_answer_is_a_miss(run: Path, loads: list[str], damage: str) -> None:
+    first = _analyze(str(run), "--json")
+    (answer,) = cache_dir().glob("*.answer.json")
+    if damage == "truncated":
+        answer.write_bytes(answer.read_bytes()[:100])
+    else:
+        stored = json.loads(answer.read_text(encoding="utf-8"))
+        if damage == "other-identity":
+            stored["ident"]["traces"][0][0] = "/elsewhere/vm.xplane.pb"
+        else:
+            stored["ident"]["requested"] = "elsewhere"
+        stored["text"] = "not this"
+        answer.write_text(json.dumps(stored), encoding="utf-8")
+    assert _analyze(str(run), "--json") == first
+    assert len(loads) == 1  # the stored analysis, printed again
+
+
+def test_each_way_of_printing_keeps_its_own_answer(run: Path, loads: list[str]) -> None:
+    outputs = {}
+    ways = (["--json"], ["--json", "--all-gaps"], [], ["--top", "1"])
+    for args in ways:
+        outputs[tuple(args)] = _analyze(str(run), *args)
+    assert len(list(cache_dir().glob("*.answer.json"))) == len(ways)
+    again = {tuple(a): _analyze(str(run), *a) for a in ways}
+    assert again == outputs
+    assert len(loads) == 1
+    assert outputs[()] != outputs[("--top", "1")]
+
+
+def test_a_kept_answer_is_printed_without_numpy_or_pandas(run: Path) -> None:
+    """What makes a second `analyze` quick: it imports neither (checked in a process of its
+    own, with the cache directory of this test)."""
+    first = _analyze(str(run), "--json")
+    probe = (
+        "import sys\n"
+        "from traceinspect.cli import main\n"
+        "try:\n"
+        f"    main(['analyze', {str(run)!r}, '--json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "TRACEINSPECT_CACHE_DIR": str(cache_dir())}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    printed, imported = out.rsplit("\n", 2)[0] + "\n", out.rsplit("\n", 2)[1]
+    assert printed == first
+    assert imported == "[]"
 
 
 def test_a_pod_reuses_each_hosts_stored_result(tmp_path: Path, loads: list[str]) -> None:

@@ -23,8 +23,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from traceinspect._version import __version__
 from traceinspect.errors import TraceInspectError
 from traceinspect.xplane import fs
@@ -90,6 +88,8 @@ def load(file: Location | HostFile) -> dict[str, Any] | None:
         manifest = json.loads((entry / _MANIFEST).read_text())
         if manifest.get("ident") != ident:
             return None
+        import numpy as np  # here: cache_dir() is needed by commands that import no numpy
+
         raw: dict[str, Any] = dict(manifest["lists"])
         for group, columns in manifest["arrays"].items():
             raw[group] = {}
@@ -117,6 +117,8 @@ def store(file: Location | HostFile, raw: dict[str, Any]) -> None:
         if key is None:
             return
         digest, ident = key
+        import numpy as np
+
         root = cache_dir()
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=root))

@@ -1,0 +1,145 @@
+"""Keys of stored analyses, and the printed answers kept with them.
+
+A second ``analyze`` of an unchanged trace prints what the first printed. The analysis
+itself is kept by :mod:`traceinspect.results` (numpy arrays, read back into an
+:class:`~traceinspect.analysis.result.Analysis`); this module keeps, beside it, the exact
+text each way of printing it gave (``--json``, ``--json --all-gaps``, the report with its
+``--top``), so printing it again needs neither numpy nor pandas: a cached answer costs the
+interpreter, Click and a few ``stat`` calls.
+
+Both are keyed by :func:`result_key`: the trace files' absolute paths, sizes and mtimes, the
+same for the capture sidecars the trace would be read with, the traceinspect version, and
+the size and mtime of traceinspect's own source files (an edited checkout never reads an
+answer its old code made). Only local files are kept. An answer also names the path as
+the user gave it (the report prints it) and how it was printed. Standard library only.
+
+An answer is one small JSON file, ``<key>.<variant>.answer.json``, in the frame cache's
+directory, written under a temporary name and renamed; anything unreadable or of another
+identity is a miss. The most recently used ``MAX_ANSWERS`` are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from traceinspect._version import __version__
+from traceinspect.sidecar import file_name
+from traceinspect.xplane.cache import cache_dir
+from traceinspect.xplane.locate import Located
+
+MAX_ANSWERS = 256
+_SUFFIX = ".answer.json"
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@cache
+def _code_identity() -> str:
+    """traceinspect's own files by size and mtime: a digest that changes with the code."""
+    found = []
+    for root, dirs, files in os.walk(_PACKAGE):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".so", ".pyd")):
+                path = Path(root, name)
+                st = path.stat()
+                found.append((path.relative_to(_PACKAGE).as_posix(), st.st_size, st.st_mtime_ns))
+    found.sort()
+    return hashlib.sha256(json.dumps(found).encode()).hexdigest()[:16]
+
+
+def _size_and_mtime(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def result_key(located: Located) -> tuple[str, dict[str, Any]] | None:
+    """The entry name and identity of the analysis of ``located``'s run; None when a file
+    is not local (or cannot be read)."""
+    files = located.run.files
+    if not all(isinstance(f.path, Path) for f in files) or not isinstance(located.run.path, Path):
+        return None
+    hosts = [f.host for f in files]
+    sidecars = [located.run.path / name for name in (file_name(hosts[0]), file_name())]
+    traces = []
+    for f in files:
+        assert isinstance(f.path, Path)
+        stat = _size_and_mtime(f.path)
+        if stat is None:
+            return None
+        traces.append([str(f.path.resolve()), f.host, *stat])
+    ident: dict[str, Any] = {
+        "traces": traces,
+        "sidecars": [[str(p.resolve()), _size_and_mtime(p)] for p in sidecars],
+        "version": __version__,
+        "code": _code_identity(),
+    }
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+    return digest, ident
+
+
+def _entry(located: Located, printed: str) -> tuple[Path, dict[str, Any]] | None:
+    key = result_key(located)
+    if key is None:
+        return None
+    digest, ident = key
+    ident = {**ident, "requested": str(located.requested), "printed": printed}
+    variant = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / f"{digest}.{variant}{_SUFFIX}", ident
+
+
+def read(located: Located, printed: str) -> str | None:
+    """The text printed last time ``located``'s run was analysed and printed as
+    ``printed`` (``"json:50"``, ``"text:5"``...), when nothing it depends on changed since;
+    else None."""
+    try:
+        found = _entry(located, printed)
+        if found is None:
+            return None
+        entry, ident = found
+        stored = json.loads(entry.read_text(encoding="utf-8"))
+        if stored.get("ident") != ident or not isinstance(stored.get("text"), str):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(entry)  # recently used answers survive pruning
+        return str(stored["text"])
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write(located: Located, printed: str, text: str) -> None:
+    """Keep ``text``, the answer printed as ``printed``. Failures are ignored: it is an
+    optimisation."""
+    try:
+        found = _entry(located, printed)
+        if found is None:
+            return
+        entry, ident = found
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}.", dir=entry.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"ident": ident, "text": text}, fh)
+            Path(tmp).replace(entry)
+        finally:
+            with contextlib.suppress(OSError):
+                Path(tmp).unlink()
+        _prune(entry.parent)
+    except (OSError, ValueError, TypeError):
+        return
+
+
+def _prune(root: Path) -> None:
+    entries = sorted(root.glob(f"*{_SUFFIX}"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-MAX_ANSWERS]:
+        with contextlib.suppress(OSError):
+            old.unlink()
