@@ -1,17 +1,20 @@
 """Make the large XPlane inputs of the load benchmark, cached under ``benchmarks/_data/``.
 
-Two files:
+Three files:
 
 - ``cpu_mlp.xplane.pb``: a real CPU capture of a small JAX MLP training loop with the
   Python tracer on (>= 80 MB, >= 5M events), because the Python tracer is what makes
   real host traces large;
+- ``cpu_mlp_medium.xplane.pb``: the same program with fewer examples per step: the ~63 MB,
+  ~3.7M-event class the analysis benchmark also runs on (``--medium`` makes only it);
 - ``cpu_mlp_x6.xplane.pb``: the same capture with the lines of its ``/host:CPU`` plane
   repeated (line ids and timestamps shifted) until the file is >= 500 MB, so its content
   stays realistic (same names, stats and nesting) rather than synthetic.
 
 Files that already exist are kept; ``--force`` makes them again. The data is git-ignored.
 
-    python benchmarks/make_large_trace.py            # both files
+    python benchmarks/make_large_trace.py            # the three files
+    python benchmarks/make_large_trace.py --medium   # only the ~63 MB one
     python benchmarks/make_large_trace.py --small    # a ~1 MB capture for --quick runs
 """
 
@@ -32,6 +35,7 @@ DATA = Path(__file__).resolve().parent / "_data"
 REAL = DATA / "cpu_mlp.xplane.pb"
 LARGE = DATA / "cpu_mlp_x6.xplane.pb"
 SMALL = DATA / "cpu_mlp_small.xplane.pb"
+MEDIUM = DATA / "cpu_mlp_medium.xplane.pb"
 
 MIN_REAL_BYTES = 80 << 20
 MIN_REAL_EVENTS = 5_000_000
@@ -41,6 +45,9 @@ MIN_LARGE_BYTES = 500 << 20
 # Python tracer records one event per Python call, and a per-example Python pipeline is
 # what makes real host traces big.
 DEFAULT_EXAMPLES = 2300
+# The 63 MB class of the analysis benchmark (the issue's 62.7 MB / 3.66M-event capture):
+# events grow with the examples, 2300 -> 5.53M, so ~1520 -> ~3.66M.
+MEDIUM_EXAMPLES = 1520
 
 
 # --- the captured program ------------------------------------------------------------------
@@ -259,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--small", action="store_true", help=f"only make {SMALL.name} (for --quick)"
     )
+    parser.add_argument(
+        "--medium", action="store_true", help=f"only make {MEDIUM.name} (~63 MB)"
+    )
     parser.add_argument("--_child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--no-python-tracer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -270,9 +280,14 @@ def main(argv: list[str] | None = None) -> int:
             _capture(SMALL, steps=3, examples=200)
         _report(SMALL)
         return 0
+    if args.force or not MEDIUM.exists():
+        _capture(MEDIUM, args.steps, MEDIUM_EXAMPLES)
+    if args.medium:
+        _report(MEDIUM)
+        return 0
     _make_real(args.force, args.steps, args.examples)
     _make_large(args.force)
-    for path in (REAL, LARGE):
+    for path in (MEDIUM, REAL, LARGE):
         _report(path)
     return 0
 

@@ -185,7 +185,7 @@ def test_a_damaged_answer_is_a_miss(run: Path, loads: list[str], damage: str) ->
 
 def test_each_way_of_printing_keeps_its_own_answer(run: Path, loads: list[str]) -> None:
     outputs = {}
-    ways = (["--json"], ["--json", "--all-gaps"], [], ["--top", "1"])
+    ways: tuple[list[str], ...] = (["--json"], ["--json", "--all-gaps"], [], ["--top", "1"])
     for args in ways:
         outputs[tuple(args)] = _analyze(str(run), *args)
     assert len(list(cache_dir().glob("*.answer.json"))) == len(ways)

@@ -173,3 +173,31 @@ def test_sharding_facts_read_back() -> None:
     assert record is not None and record.grain is not None
     assert (record.grain.batch_rows, record.grain.files, record.grain.file_shards) == (128, 4, 2)
     assert record.global_arrays == (SC.GlobalArray("jax.device_put", 128, 128, 64, 2),)
+
+
+@pytest.mark.parametrize(
+    ("versions", "old"),
+    [
+        ({"jax": "0.6.1", "jaxlib": "0.6.1", "grain": "0.2.12"}, ["jax 0.6.1", "grain 0.2.12"]),
+        ({"jax": "0.10.2", "grain": "0.2.18"}, []),
+        ({"jax": "0.12.0.1", "grain": None}, []),  # a script without Grain
+        ({"jax": "0.10.1", "grain": "0.2.18rc1"}, ["jax 0.10.1"]),
+        ({"jax": "0.10.2.dev20260101", "grain": "0.2.17"}, ["grain 0.2.17"]),
+        ({}, []),
+    ],
+)
+def test_versions_older_than_capture_is_tested_with(
+    versions: dict[str, str | None], old: list[str]
+) -> None:
+    assert SC.untested_versions(versions) == old
+    note = SC.untested_note(versions)
+    assert (note is None) == (not old)
+    if note is not None:
+        assert note.startswith(f"Captured with {' and '.join(old)}, older than capture is")
+        assert "jax >= 0.10.2, grain >= 0.2.18" in note
+
+
+def test_every_bundled_capture_was_made_on_a_tested_stack() -> None:
+    for path in WRITTEN:
+        sidecar = SC.parse(_load(path))
+        assert sidecar is not None and sidecar.untested_note is None, path

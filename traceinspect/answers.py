@@ -133,12 +133,12 @@ def write(located: Located, printed: str, text: str) -> None:
         finally:
             with contextlib.suppress(OSError):
                 Path(tmp).unlink()
-        _prune(entry.parent)
+        _prune_answers(entry.parent)
     except (OSError, ValueError, TypeError):
         return
 
 
-def _prune(root: Path) -> None:
+def _prune_answers(root: Path) -> None:
     entries = sorted(root.glob(f"*{_SUFFIX}"), key=lambda p: p.stat().st_mtime_ns)
     for old in entries[:-MAX_ANSWERS]:
         with contextlib.suppress(OSError):

@@ -27,11 +27,12 @@ STEPS_LINE = "Steps"  # a device plane's line of step events
 PJIT = re.compile(r"^PjitFunction\((?P<fn>.*)\)$")  # a jitted call on the host
 RUN_ID = "run_id"  # one id per execution (XLA ops on the CPU backend, TPU modules)
 HLO_MODULE = "hlo_module"  # the program an op belongs to: jit_<fn>
-# The threads XLA's CPU client runs programs on, by the names jaxlib gives them: 0.10
+# The threads XLA's CPU client runs programs on, by the names jaxlib gives them: 0.6
+# `tf_XLATfrtCpuClient/<id>` and `tf_XLAEigen/<id>`, 0.10
 # `tf_XLAPjRtCpuClient/<id>` and `tf_XLAEigen/<id>`, 0.12 `tf_XLAExecute/<id>` beside
 # `tf_XLAEigen/<id>`. Threads of another name that run a program's ops (events with an
 # HLO_MODULE stat) and dispatch none count too (backends.detect.xla_cpu_line_rows).
-XLA_CPU_LINE = re.compile(r"^tf_(XLAPjRtCpuClient|XLAEigen|XLACpu|XLAExecute)")
+XLA_CPU_LINE = re.compile(r"^tf_(XLATfrtCpuClient|XLAPjRtCpuClient|XLAEigen|XLACpu|XLAExecute)")
 # Small programs run synchronously on the thread that calls them: only the execute call shows.
 INLINE_EXECUTE = re.compile(r"^(CommonPjRtLoadedExecutable::ExecuteHelper|ThunkExecutor::Execute)")
 

@@ -465,11 +465,68 @@ class Sidecar:
         the last), and the steps it spans; None without two completion stamps."""
         return completed_step_ms(self.steps, lambda s: s.traced)
 
+    @property
+    def untested_note(self) -> str | None:
+        """:func:`untested_note` of the versions the capture recorded."""
+        versions = self.data.get("versions")
+        return untested_note(versions) if isinstance(versions, Mapping) else None
+
     def step_time_ms(self) -> tuple[float, int, str] | None:
         """The traced window's mean step, ``(ms, steps, how)``: :func:`step_pace` over the
         traced steps."""
         pace = step_pace(self.steps, lambda s: s.traced)
         return None if pace is None else (pace.mean_ms, pace.count, pace.how)
+
+
+# The oldest jax and Grain that capture is tested with (noxfile.py's matrix; pyproject.toml's
+# ``capture`` extra). Older ones run, but on jax 0.6.1 with Grain 0.2.12 (Python 3.10's
+# newest) the tests found the worker probe silent (no time per batch, so no worker findings),
+# Grain's worker errors reaching the script in another form, and short windows whose device
+# work ran after them: what rests on those is missing or wrong there.
+CAPTURE_TESTED_FROM: dict[str, tuple[int, ...]] = {"jax": (0, 10, 2), "grain": (0, 2, 18)}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.12.0.1"`` -> ``(0, 12, 0, 1)``; the leading numbers only (``"0.2.18rc1"`` ->
+    ``(0, 2, 18)``)."""
+    out = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) < len(part):
+            break
+    return tuple(out)
+
+
+def untested_versions(versions: Mapping[str, object]) -> list[str]:
+    """``"jax 0.6.1"`` for each library in ``versions`` older than capture is tested with."""
+    old = []
+    for name, floor in CAPTURE_TESTED_FROM.items():
+        found = versions.get(name)
+        if isinstance(found, str) and _release(found) < floor:
+            old.append(f"{name} {found}")
+    return old
+
+
+def untested_note(versions: Mapping[str, object]) -> str | None:
+    """A sentence for a capture made with libraries older than capture is tested with."""
+    old = untested_versions(versions)
+    if not old:
+        return None
+    floors = ", ".join(
+        f"{name} >= {'.'.join(map(str, v))}" for name, v in CAPTURE_TESTED_FROM.items()
+    )
+    return (
+        f"Captured with {' and '.join(old)}, older than capture is tested with ({floors}): "
+        "findings that rest on the Grain worker probe or on the window's device work may be "
+        "missing or wrong. Upgrade (pip install -U jax jaxlib grain) and capture again."
+    )
 
 
 def parse(data: Mapping[str, Any]) -> Sidecar | None:

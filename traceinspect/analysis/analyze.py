@@ -393,6 +393,8 @@ def _notes(
             "in the run (MaxText: skip_first_n_steps_for_profiler=20 profiler_steps=20), or "
             "traceinspect capture, which waits until the run is steady."
         )
+    if trace.sidecar is not None and trace.sidecar.untested_note:
+        notes.append(trace.sidecar.untested_note)
     if len(trace.hosts) > 1:
         notes.append(
             f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "

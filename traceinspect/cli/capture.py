@@ -263,6 +263,9 @@ def capture(
                 f"traceinspect: no trace written; details in {result.sidecar_path}", err=True
             )
         click.echo(f"traceinspect: {result.summary()}", err=True)
+        untested = result.record.untested_note
+        if untested:
+            click.echo(f"traceinspect: {untested}", err=True)
     applied = result.record.device_tracer_level_applied
     if profiler.device_tracer_level != 1 and applied is False:
         click.echo("traceinspect: this jaxlib has no device tracer level; ignored", err=True)

@@ -50,6 +50,10 @@ def figure_of(ax: Axes) -> Figure:
     """The figure that holds ``ax``."""
     from matplotlib.figure import Figure
 
-    fig = ax.get_figure(root=True)
+    # ax.figure may be a SubFigure; its own .figure is its parent (get_figure(root=True)
+    # says the same from matplotlib 3.10 on).
+    fig: Any = ax.figure
+    while fig is not None and not isinstance(fig, Figure):
+        fig = fig.figure
     assert isinstance(fig, Figure)  # axes made by new_axes always have one
     return fig

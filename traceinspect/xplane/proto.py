@@ -204,9 +204,15 @@ def decode_profile_options(serialized: str | bytes) -> dict[str, Any] | None:
         msg = message_class("ProfileOptions").FromString(raw)
     except DecodeError:
         return None
-    # Zero is meaningful here (python_tracer_level=0), so show unset fields too.
-    fields = MessageToDict(
-        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
+    # Zero is meaningful here (python_tracer_level=0), so show unset fields too: protobuf
+    # 5.26 renamed the option (26 dropped the old name; 4.25 knows only it).
+    try:
+        fields = MessageToDict(
+            msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+    except TypeError:
+        fields = MessageToDict(  # type: ignore[call-arg]
+            msg, preserving_proto_field_name=True, including_default_value_fields=True
+        )
     fields.pop("repository_path", None)
     return {k: (int(v) if isinstance(v, str) and v.isdigit() else v) for k, v in fields.items()}
