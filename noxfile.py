@@ -35,9 +35,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-# MaxText's loop (~12 min) runs on request (nox -s maxtext) until its heavy configuration's
-# check has held in repeated runs (one CI run put its recommended count 19% over the best).
-nox.options.sessions = ["stack", "docs"]
+nox.options.sessions = ["stack", "maxtext", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack: the oldest Python we declare, with the oldest core dependencies

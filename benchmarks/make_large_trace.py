@@ -266,9 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--small", action="store_true", help=f"only make {SMALL.name} (for --quick)"
     )
-    parser.add_argument(
-        "--medium", action="store_true", help=f"only make {MEDIUM.name} (~63 MB)"
-    )
+    parser.add_argument("--medium", action="store_true", help=f"only make {MEDIUM.name} (~63 MB)")
     parser.add_argument("--_child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--no-python-tracer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

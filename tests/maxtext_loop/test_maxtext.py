@@ -94,7 +94,10 @@ def test_tiny_config_is_device_bound_and_gets_no_advice_it_follows(
 ) -> None:
     config = runs.CONFIGS["tiny"]
     data = runs.data_file(config, data_dir)
-    truth = {w: runs.run_plain(config, data, w, PLAIN_STEPS, tmp_path / "plain") for w in (1, 4)}
+    # Best of 2 runs each, interleaved, as for heavy: single runs put 1 worker 22% over 4
+    # (537.0 against 440.5 ms) in one run where they had been within 15% before.
+    timed = runs.measure(config, data, (1, 4), PLAIN_STEPS, 2, tmp_path / "plain")
+    truth = {w: min(ms) for w, ms in timed.items()}
     # The premise: the step does not depend on the worker count.
     assert max(truth.values()) <= min(truth.values()) * (1 + WITHIN), truth
 
