@@ -133,13 +133,15 @@ def write(located: Located, printed: str, text: str) -> None:
         finally:
             with contextlib.suppress(OSError):
                 Path(tmp).unlink()
-        _prune_answers(entry.parent)
+        prune(entry.parent, _SUFFIX, MAX_ANSWERS)
     except (OSError, ValueError, TypeError):
         return
 
 
-def _prune_answers(root: Path) -> None:
-    entries = sorted(root.glob(f"*{_SUFFIX}"), key=lambda p: p.stat().st_mtime_ns)
-    for old in entries[:-MAX_ANSWERS]:
+def prune(root: Path, suffix: str, keep: int) -> None:
+    """Delete all but the ``keep`` most recently used files named ``*suffix`` in ``root``
+    (a read touches its entry's mtime)."""
+    entries = sorted(root.glob(f"*{suffix}"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-keep]:
         with contextlib.suppress(OSError):
             old.unlink()

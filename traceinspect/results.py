@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
-from traceinspect.answers import result_key
+from traceinspect.answers import prune, result_key
 from traceinspect.xplane.cache import cache_dir
 from traceinspect.xplane.locate import Located
 
@@ -77,13 +77,6 @@ def store(located: Located, analysis: Analysis) -> None:
         finally:
             with contextlib.suppress(OSError):
                 Path(tmp).unlink()
-        _prune_results(root)
+        prune(root, _SUFFIX, MAX_ENTRIES)
     except (OSError, TypeError, ValueError):
         return
-
-
-def _prune_results(root: Path) -> None:
-    entries = sorted(root.glob(f"*{_SUFFIX}"), key=lambda p: p.stat().st_mtime_ns)
-    for old in entries[:-MAX_ENTRIES]:
-        with contextlib.suppress(OSError):
-            old.unlink()
