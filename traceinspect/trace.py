@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -304,7 +305,7 @@ class Trace:
             values = _stat_column(rows, stat, S.EVENT_ROW)
             meta_values = _stat_column(meta, stat, S.EVENT_ROW)
             if meta_values is not None:
-                values = meta_values if values is None else values.combine_first(meta_values)
+                values = meta_values if values is None else _combine(values, meta_values)
             column = stat if stat not in out.columns else f"stat:{stat}"
             out[column] = values.reindex(out.index) if values is not None else pd.NA
         return out
@@ -363,6 +364,15 @@ def typed_values(stats: pd.DataFrame) -> pd.Series:
         else:
             values[i] = None
     return pd.Series(values, index=stats.index, dtype=object)
+
+
+def _combine(own: pd.Series, inherited: pd.Series) -> pd.Series:
+    """``own`` where set, else ``inherited``. pandas 2.1-2.2 warn (FutureWarning) that the
+    dtype of such a combination with all-missing parts will change; pandas 3 made that
+    change, and both give the values the same."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The behavior of array concatenation", FutureWarning)
+        return own.combine_first(inherited)
 
 
 def _stat_column(rows: pd.DataFrame, stat: str, owner: str) -> pd.Series | None:
