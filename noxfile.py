@@ -114,7 +114,13 @@ def stack(session: nox.Session, pins: tuple[str, ...]) -> None:
         # declared dependencies. UV_RESOLUTION is uv's; pip (nox's fallback) ignores it.
         session.install("-e", ".[test-tools]", env={"UV_RESOLUTION": "lowest-direct"})
         _versions(session)
-        session.run("python", "-m", "pytest", "-q", "-m", FAST, *session.posargs)
+        # Old pandas and numpy warn where newer ones changed behaviour: a warning a user
+        # would see on every command fails here (numpy 1.24 with pandas 2.1 printed a
+        # RuntimeWarning on every `analyze`).
+        warnings_are_errors = ("-W", "error::FutureWarning", "-W", "error::RuntimeWarning")
+        session.run(
+            "python", "-m", "pytest", "-q", "-m", FAST, *warnings_are_errors, *session.posargs
+        )
         return
     # The pins first, then the package: one resolution of everything at once backtracks for
     # minutes on old pins.
