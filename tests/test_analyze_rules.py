@@ -340,6 +340,35 @@ def test_host_work_longer_than_the_device_step_is_not_the_syncs_fault(tmp_path: 
     assert a.idle_by_cause_ms["unknown"] == pytest.approx(0.9)
 
 
+@pytest.mark.parametrize(("batch_ms", "verdict"), [(1.3, "sync-bound"), (1.6, "host-bound")])
+def test_host_work_within_the_knee_tolerance_of_the_device_step_is_the_syncs(
+    tmp_path: Path, batch_ms: float, verdict: str
+) -> None:
+    """float(loss) every step; the host then builds the next batch in plain Python. Each
+    step: the batch, 0.5 ms dispatch, 2 ms of device work, the read until 0.2 ms after it,
+    0.3 ms more: an idle period of batch + 1 ms, 0.2 of it the read's wake-up, so after each
+    read the host works batch + 0.8 ms. At 2.1 ms (1.3 ms batches) that is within 10% of the
+    device's 2 ms step, the knee's tolerance: without the read the device would keep up, so
+    the idle time is the read's. At 2.4 ms (1.6 ms batches) it is 20% over: host time."""
+    step = batch_ms + 3.0
+    xs = X.space()
+    host = _steps(4, step)
+    kernels = []
+    for i in range(4):
+        t = step * i
+        host += [
+            X.Ev("$train.py:40 make_batch", ms(t), ms(batch_ms)),
+            X.Ev("PjitFunction(step)", ms(t + batch_ms), ms(0.5)),
+            X.Ev("np.asarray(jax.Array)", ms(t + batch_ms + 0.6), ms(2.1)),
+        ]
+        kernels.append(X.Ev("gemm", ms(t + batch_ms + 0.5), ms(2)))
+    _host(xs, host)
+    X.add_plane(xs, "/device:GPU:0").line("Stream #7(Compute)", 0, kernels)
+    a = analyze(_load(tmp_path, xs))
+    assert a.device_busy_ms_per_step == 2.0
+    assert a.verdict == verdict, a.idle_by_cause_ms
+
+
 def test_the_invariant_checker_catches_a_broken_analysis(tmp_path: Path) -> None:
     """Every analysis in the tests is checked (conftest sets TRACEINSPECT_CHECK_INVARIANTS);
     the checker itself fails on a result whose parts do not add up."""

@@ -54,3 +54,9 @@ STAGES: Final[tuple[Stage, ...]] = ("read", "preprocessing", "batch", "prefetch"
 #: training thread itself.
 Place = Literal["workers", "threads", "main"]
 PLACES: Final[tuple[Place, ...]] = ("workers", "threads", "main")
+
+# A step within this factor of the best counts as keeping up: the tolerance that defines the
+# measured knee (the smallest worker count within 10% of the best step). Workers that deliver
+# within it are enough; host work after a read within it of the device's step would not hold
+# the device back without the read.
+KNEE_TOLERANCE: Final = 1.10

@@ -39,9 +39,9 @@ from traceinspect import names as N
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation, Severity
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents
-from traceinspect.analysis.workers import KNEE_TOLERANCE, WAITING_SHARE, WorkerMeasurement
+from traceinspect.analysis.workers import WAITING_SHARE, WorkerMeasurement
 from traceinspect.sidecar import HostFacts, Sidecar
-from traceinspect.vocabulary import MATTERS
+from traceinspect.vocabulary import KNEE_TOLERANCE, MATTERS
 
 #: Worker buffers above this share of the memory available at capture are a finding.
 BUFFER_MEMORY_SHARE = 0.5
@@ -252,6 +252,7 @@ def _workers_vs_cores(
         and rec.value is not None
         and rec.current is not None
         and rec.value > rec.current
+        and verdict != "sync-bound"  # there the batches wait for the read, not the workers
         and not out
     ):
         out.append(
