@@ -272,6 +272,19 @@ def test_plot_data() -> None:
     assert ax.get_ylabel() == "ms per step"
 
 
+def test_plot_a_mean_outside_the_p10_p90_band() -> None:
+    """By mean (the slower of step starts and completions) a run's step can lie outside its
+    host steps' p10-p90 (a real sweep: 1 worker, mean 1.2 ms just above its p90 of 1.2, and
+    matplotlib refused the negative bar): the bar reaches only the band's side it is on."""
+    from matplotlib.figure import Figure
+
+    runs = [ok(0, 0.6, p90=1.0, p10=0.5, mean=4.6), ok(1, 0.9, p90=1.2, p10=0.8, mean=1.0)]
+    ax = Figure().add_subplot()
+    plot_sweep(summarize_sweep(runs, metric="mean"), ax=ax)
+    step = next(line for line in ax.get_lines() if line.get_gid() == "step_time")
+    assert np.asarray(step.get_ydata()).tolist() == [4.6, 1.0]
+
+
 def test_plot_without_axes_makes_its_figure() -> None:
     ax = plot_sweep(summarize_sweep([SweepRun(1, TIMEOUT)]))
     assert ax.figure is not None

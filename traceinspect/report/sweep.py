@@ -154,12 +154,15 @@ def plot_sweep(result: SweepResult, ax: Axes | None = None) -> Axes:
     ok = [run for run in result.runs if run.ok]
     x = [positions[run.workers] for run in ok]
     median = [float(run.step_ms(result.metric) or 0.0) for run in ok]
+    # The mean is the slower of the host's step starts and the completions, while p10-p90
+    # are the host's: the mean can lie outside them (1 worker: mean 1.2 ms just above a p90
+    # of 1.2), so each bar reaches from the point to its side of the band, or not at all.
     low = [
-        m - float(run.p10_ms if run.p10_ms is not None else m)
+        max(0.0, m - float(run.p10_ms if run.p10_ms is not None else m))
         for m, run in zip(median, ok, strict=True)
     ]
     high = [
-        float(run.p90_ms if run.p90_ms is not None else m) - m
+        max(0.0, float(run.p90_ms if run.p90_ms is not None else m) - m)
         for m, run in zip(median, ok, strict=True)
     ]
     bars = ax.errorbar(
