@@ -81,6 +81,7 @@ Fields (times in Unix ns):
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -489,19 +490,8 @@ CAPTURE_TESTED_FROM: dict[str, tuple[int, ...]] = {"jax": (0, 10, 2), "grain": (
 def _release(version: str) -> tuple[int, ...]:
     """``"0.12.0.1"`` -> ``(0, 12, 0, 1)``; the leading numbers only (``"0.2.18rc1"`` ->
     ``(0, 2, 18)``)."""
-    out = []
-    for part in version.split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) < len(part):
-            break
-    return tuple(out)
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
 
 
 def untested_versions(versions: Mapping[str, object]) -> list[str]:
@@ -678,10 +668,10 @@ def step_pace(
         picked = [gaps[s.index] for s in steps if chosen(s) and s.index in gaps]
         median = statistics.median(picked) if picked else done[0]
         return StepPace(done[0], median, done[1], "completed")
-    if not walls:
+    if host is None:
         return None
     how = "host" if done is not None else "host only"
-    return StepPace(statistics.fmean(walls), statistics.median(walls), len(walls), how)
+    return StepPace(host, statistics.median(walls), len(walls), how)
 
 
 def _read_grain(value: object) -> GrainSettings | None:
