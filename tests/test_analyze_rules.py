@@ -384,11 +384,9 @@ def test_the_invariant_checker_catches_a_broken_analysis(tmp_path: Path) -> None
     X.add_plane(xs, "/device:TPU:0").line("XLA Ops", 0, ops)
     a = analyze(_load(tmp_path, xs))
     check_invariants(a)
-    broken = a.gaps.copy()
-    broken["input"] = broken["input"] + 1
+    broken = {**a.gap_columns, "input": a.gap_columns["input"] + 1}
     with pytest.raises(AssertionError, match="gap parts != gap"):
-        check_invariants(dataclasses.replace(a, gaps=broken))
-    per_step = a.per_step.copy()
-    per_step[S.IDLE_NS] = per_step[S.IDLE_NS] - 1
+        check_invariants(dataclasses.replace(a, gap_columns=broken))
+    per_step = {**a.per_step_columns, S.IDLE_NS: a.per_step_columns[S.IDLE_NS] - 1}
     with pytest.raises(AssertionError, match="busy \\+ idle != wall"):
-        check_invariants(dataclasses.replace(a, per_step=per_step))
+        check_invariants(dataclasses.replace(a, per_step_columns=per_step))

@@ -11,9 +11,10 @@ so an event that nests inside another in the trace still nests exactly in the fr
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --- shared -------------------------------------------------------------------------------
 HOST: Final = "host"
@@ -150,6 +151,8 @@ METADATA_COLUMNS: Final = (HOST, PLANE, PLANE_ROW, METADATA_ID, NAME, DISPLAY_NA
 
 def check_events(events: pd.DataFrame) -> None:
     """Raise ``AssertionError`` unless ``events`` has the events schema (for tests)."""
+    import pandas as pd
+
     assert tuple(events.columns) == EVENTS_COLUMNS, tuple(events.columns)
     for col in (HOST, PLANE, LINE, NAME):
         assert isinstance(events[col].dtype, pd.CategoricalDtype), col

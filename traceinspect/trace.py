@@ -10,20 +10,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.errors import EmptyTraceError, UsageError
 from traceinspect.sidecar import Sidecar, file_name, parse
 from traceinspect.xplane import cache, fs
-from traceinspect.xplane.frames import Frames, build_frames
+from traceinspect.xplane.columns import Columns, merge_columns
 from traceinspect.xplane.fs import Location, URLPath
 from traceinspect.xplane.locate import Located, locate
 from traceinspect.xplane.raw import Raw, event_count
 from traceinspect.xplane.reader import DecoderName, decode_file, resolve_decoder
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from traceinspect.xplane.frames import Frames
 
 #: ``progress(done_bytes, total_bytes)``, called while files are decoded.
 ProgressCallback = Callable[[int, int], object]
@@ -57,7 +61,7 @@ class LineEvents:
     starts: np.ndarray  # int64, sorted
     durations: np.ndarray  # int64
     codes: np.ndarray  # name codes
-    names: pd.Index  # the name categories
+    names: list[str]  # the name categories
     #: The events frame's row of each position: ``first_row + position`` when ``order`` is
     #: None, else ``rows[position]``.
     first_row: int
@@ -106,7 +110,9 @@ class LineEvents:
 class Trace:
     """The frames of one run (one XPlane file per host), with lookups.
 
-    Frames (all pandas DataFrames, names as categoricals, times in integer ns):
+    ``columns`` holds the decoded tables as numpy arrays (what the analysis reads); the
+    frames are built from them when first asked for (pandas DataFrames, names as
+    categoricals, times in integer ns):
 
     - ``planes``: one row per XPlane (index ``plane_row``)
     - ``lines``: one row per XLine, with event counts and time spans (``line_row``)
@@ -118,13 +124,21 @@ class Trace:
       ``num_occurrences`` instead of a start time (no place on a timeline)
     """
 
-    frames: Frames
+    columns: Columns
     located: Located
     load_info: LoadInfo
     #: The run's ``traceinspect.capture.json`` when ``traceinspect capture`` made it.
     sidecar: Sidecar | None = field(default=None, repr=False)
 
     # --- frames ---------------------------------------------------------------------------
+    @cached_property
+    def frames(self) -> Frames:
+        """Every frame, built from the columns when first asked for (pandas is imported
+        then, not before: ``analyze`` never needs it)."""
+        from traceinspect.xplane.frames import frames_of
+
+        return frames_of(self.columns)
+
     @property
     def planes(self) -> pd.DataFrame:
         return self.frames.planes
@@ -173,29 +187,26 @@ class Trace:
 
     @property
     def hosts(self) -> list[str]:
-        return [str(h) for h in self.planes[S.HOST].cat.categories]
+        return list(self.columns.hosts)
 
     @property
     def event_count(self) -> int:
-        return len(self.events)
+        return len(self.columns.events[S.START_NS])
 
     @property
     def start_ns(self) -> int:
         """Earliest event start (absolute ns)."""
         # The decoders record each line's span: a few rows, not a pass over every event.
-        first = self.lines[S.FIRST_START_NS].min()
-        if len(self.events) == 0 or pd.isna(first):
-            return int(self.events[S.START_NS].min())
-        return int(first)
+        lines = self.columns.lines
+        spans = lines[S.FIRST_START_NS][lines[S.EVENT_COUNT] > 0]
+        return int(spans.min()) if len(spans) else 0
 
     @property
     def end_ns(self) -> int:
         """Latest event end (absolute ns)."""
-        last = self.lines[S.LAST_END_NS].max()
-        if len(self.events) == 0 or pd.isna(last):
-            ev = self.events
-            return int((ev[S.START_NS] + ev[S.DURATION_NS]).max())
-        return int(last)
+        lines = self.columns.lines
+        spans = lines[S.LAST_END_NS][lines[S.EVENT_COUNT] > 0]
+        return int(spans.max()) if len(spans) else 0
 
     @property
     def span_ns(self) -> int:
@@ -205,28 +216,28 @@ class Trace:
     def _line_offsets(self) -> np.ndarray:
         """Where each line's events begin among the events' rows: the decoders write them
         grouped by line, in line order (``offsets[r]:offsets[r + 1]``)."""
-        counts = self.lines[S.EVENT_COUNT].to_numpy()
+        counts = self.columns.lines[S.EVENT_COUNT]
         return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
     def line_events(self, line_row: int) -> LineEvents:
         """The events of line ``line_row`` as arrays sorted by start (views where the
         frame stores them so, as it does for profilers' traces)."""
-        ev = self.events
-        names = ev[S.NAME].cat.categories
+        ev = self.columns.events
+        names = self.columns.event_names
         offsets = self._line_offsets
         lo, hi = int(offsets[line_row]), int(offsets[line_row + 1])
-        line_rows = ev[S.LINE_ROW].to_numpy()
+        line_rows = ev[S.LINE_ROW]
         stored: np.ndarray | None = None
-        if offsets[-1] != len(ev) or (
+        if offsets[-1] != len(line_rows) or (
             hi > lo and not (line_rows[lo] == line_rows[hi - 1] == line_row)
         ):
             # Not grouped by line (frames built otherwise): find the rows.
             stored = np.flatnonzero(line_rows == line_row)
             lo = 0
         pick: slice | np.ndarray = slice(lo, hi) if stored is None else stored
-        starts = ev[S.START_NS].to_numpy()[pick]
-        durations = ev[S.DURATION_NS].to_numpy()[pick]
-        codes = category_codes(ev[S.NAME])[pick]
+        starts = ev[S.START_NS][pick]
+        durations = ev[S.DURATION_NS][pick]
+        codes = ev[S.NAME][pick]
         order = None
         if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
             order = np.argsort(starts, kind="stable")
@@ -235,11 +246,20 @@ class Trace:
 
     def plane_stat_values(self, plane: str) -> dict[str, Any]:
         """``{stat: value}`` of the first plane named ``plane`` (empty if none)."""
-        rows = self.planes.index[self.planes[S.PLANE] == plane]
+        c = self.columns
+        if plane not in c.plane_names:
+            return {}
+        rows = np.flatnonzero(c.planes[S.PLANE] == c.plane_names.index(plane))
         if len(rows) == 0:
             return {}
-        stats = self.plane_stats[self.plane_stats[S.PLANE_ROW] == rows[0]]
-        return dict(zip(stats[S.STAT].astype(str), typed_values(stats), strict=True))
+        st = c.stats["plane_stats"]
+        mine = np.flatnonzero(st["owner"] == rows[0])
+        values = stat_values(
+            st[S.KIND][mine], st[S.INT_VALUE][mine], st[S.FLOAT_VALUE][mine],
+            c.strings(st[S.STR_VALUE][mine]),
+        )  # fmt: skip
+        names = [c.stat_names[k] for k in st[S.STAT][mine].tolist()]
+        return dict(zip(names, values, strict=True))
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -284,6 +304,8 @@ class Trace:
 
     def stats_of(self, events: pd.DataFrame | Iterable[int]) -> pd.DataFrame:
         """The stat rows of these events (a frame or event row numbers)."""
+        import pandas as pd
+
         rows = events.index if isinstance(events, pd.DataFrame) else pd.Index(list(events))
         st = self.event_stats
         return st[st[S.EVENT_ROW].isin(rows)]
@@ -295,6 +317,8 @@ class Trace:
         carry), holding each stat's typed value; metadata stats count as the event's own
         (as in XProf) unless the event sets the same stat itself.
         """
+        import pandas as pd
+
         events = self.events if events is None else events
         rows = self.stats_of(events)
         meta = self._metadata_stats_for(events)
@@ -312,6 +336,8 @@ class Trace:
 
     def _metadata_stats_for(self, events: pd.DataFrame) -> pd.DataFrame:
         """Metadata stats expanded to the events in ``events`` (column ``event_row``)."""
+        import pandas as pd
+
         ms = self.metadata_stats
         if len(ms) == 0 or len(events) == 0:
             return ms.rename(columns={S.METADATA_ROW: S.EVENT_ROW}).iloc[0:0]
@@ -345,14 +371,15 @@ class Trace:
         )
 
 
-def typed_values(stats: pd.DataFrame) -> pd.Series:
-    """One Python value per stat row, of the type the trace stored (int, float or str)."""
-    kinds = stats[S.KIND].astype(str).to_numpy()
-    ints = stats[S.INT_VALUE].to_numpy()
-    floats = stats[S.FLOAT_VALUE].to_numpy()
-    strings = stats[S.STR_VALUE].to_numpy(dtype=object)  # once: .iat per row is slow
-    values = np.empty(len(stats), dtype=object)
-    for i, kind in enumerate(kinds):
+def stat_values(
+    kinds: np.ndarray, ints: np.ndarray, floats: np.ndarray, strings: np.ndarray
+) -> np.ndarray:
+    """One Python value per stat row, of the type the trace stored (int, float or str):
+    ``kinds`` are codes into :data:`~traceinspect.schema.STAT_KINDS`, ``strings`` the
+    rows' string values."""
+    values = np.empty(len(kinds), dtype=object)
+    for i, code in enumerate(kinds.tolist()):
+        kind = S.STAT_KINDS[code]
         if kind == "double":
             values[i] = float(floats[i])
         elif kind == "int64":
@@ -363,6 +390,19 @@ def typed_values(stats: pd.DataFrame) -> pd.Series:
             values[i] = str(strings[i])
         else:
             values[i] = None
+    return values
+
+
+def typed_values(stats: pd.DataFrame) -> pd.Series:
+    """One Python value per stat row, of the type the trace stored (int, float or str)."""
+    import pandas as pd
+
+    values = stat_values(
+        category_codes(stats[S.KIND]),
+        stats[S.INT_VALUE].to_numpy(),
+        stats[S.FLOAT_VALUE].to_numpy(),
+        stats[S.STR_VALUE].to_numpy(dtype=object),  # once: .iat per row is slow
+    )
     return pd.Series(values, index=stats.index, dtype=object)
 
 
@@ -377,6 +417,8 @@ def _combine(own: pd.Series, inherited: pd.Series) -> pd.Series:
 
 def _stat_column(rows: pd.DataFrame, stat: str, owner: str) -> pd.Series | None:
     """The values of one stat, indexed by owner row, typed by the stat's kinds."""
+    import pandas as pd
+
     sub = rows[rows[S.STAT] == stat]
     if sub.empty:
         return None
@@ -396,6 +438,8 @@ def _stat_column(rows: pd.DataFrame, stat: str, owner: str) -> pd.Series | None:
 
 def category_codes(column: pd.Series) -> np.ndarray:
     """The codes of a categorical column, without a copy (``.cat.codes`` makes a Series)."""
+    import pandas as pd
+
     return np.asarray(cast(pd.Categorical, column.array).codes)
 
 
@@ -465,11 +509,11 @@ def load(
             f"{names}: the trace holds no events. The profiler stopped before anything "
             "ran; capture again over more steps (traceinspect capture --steps N)."
         )
-    frames = build_frames(raws, [f.host for f in files])
+    columns = merge_columns(raws, [f.host for f in files])
     info = LoadInfo(
         decoder=chosen, seconds=time.perf_counter() - t0, bytes_read=total, cached_files=cached
     )
-    return Trace(frames=frames, located=located, load_info=info, sidecar=read_sidecar(located))
+    return Trace(columns=columns, located=located, load_info=info, sidecar=read_sidecar(located))
 
 
 def read_sidecar(located: Located) -> Sidecar | None:

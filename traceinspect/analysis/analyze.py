@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.analysis import invariants
@@ -42,6 +41,7 @@ from traceinspect.analysis.result import (
     Analysis,
     Recommendation,
     StepSummary,
+    Table,
     Timeline,
 )
 from traceinspect.analysis.steps import Steps, find_steps
@@ -102,20 +102,21 @@ def analyze(trace: Trace) -> Analysis:
     waiting = Intervals.empty() if work is None else work.waiting
     host = training_thread_activity(trace, steps, thread)
     per_step = _per_step(steps, busy, activity, host, work)
-    summary_of_steps = step_summary(steps, per_step[S.WALL_NS].to_numpy() / 1e6)
+    summary_of_steps = step_summary(steps, per_step[S.WALL_NS] / 1e6)
     # Input work per step against device work per step decides whether a sync or the
     # pipeline is to blame for what happens after a blocking read. Per step as a step
     # typically costs: the mean when steps come in bursts (a burst's fast steps wait for
     # nothing, its slow step waits for the whole burst), else the median.
-    input_per_step = typical(per_step[S.INPUT_WORK_NS].to_numpy(), summary_of_steps.bursty)
-    device_per_step = typical(per_step[S.DEVICE_WORK_NS].to_numpy(), False)
+    input_per_step = typical(per_step[S.INPUT_WORK_NS], summary_of_steps.bursty)
+    device_per_step = typical(per_step[S.DEVICE_WORK_NS], False)
     input_bound = input_per_step > device_per_step and input_per_step > 0
     gaps = gap_table(steps, busy, host, input_bound, device_per_step, waiting)
     attach_evidence(gaps, host, input_bound, trace.start_ns)
     attach_sync_sites(gaps, host)
-    by_step = gaps.groupby(S.STEP_INDEX)[list(CAUSES)].sum().reindex(range(len(per_step)))
     for c in CAUSES:
-        per_step[S.idle_cause_ns(c)] = by_step[c].fillna(0).to_numpy(dtype=np.int64)
+        idle = np.zeros(len(steps), dtype=np.int64)
+        np.add.at(idle, gaps[S.STEP_INDEX], gaps[c])
+        per_step[S.idle_cause_ns(c)] = idle
     per_step[S.IDLE_NS] = per_step[S.WALL_NS] - per_step[S.BUSY_NS]
 
     total_wall = int(per_step[S.WALL_NS].sum())
@@ -148,7 +149,7 @@ def analyze(trace: Trace) -> Analysis:
         sidecar=trace.sidecar,
         measured=WorkerMeasurement.from_sidecar(grain.measured if grain else None),
         step_ms=summary_of_steps.typical_ms,
-        dispatches=count_dispatches(host.events, steps, int(per_step[S.DEVICE_WORK_NS].sum())),
+        dispatches=count_dispatches(host.events, steps, int(np.nansum(per_step[S.DEVICE_WORK_NS]))),
         steps_one_call_each=steps.one_call_each,
     )
     analysis = Analysis(
@@ -168,10 +169,10 @@ def analyze(trace: Trace) -> Analysis:
         device_busy_ms_per_step=round(device_per_step / 1e6, 4),
         sync_sites=sites,
         recommendations=advice,
-        per_step=per_step,
-        gaps=gaps,
+        per_step_columns=per_step,
+        gap_columns=gaps,
         notes=tuple(notes),
-        collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS].to_numpy()) / 1e6, 4),
+        collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS]) / 1e6, 4),
         window=window_info,
         input_stages=stages,
         findings=checks,
@@ -264,22 +265,20 @@ def _per_step(
     activity: DeviceActivity,
     host: HostActivity,
     work: StepWork | None,
-) -> pd.DataFrame:
+) -> Table:
     """One row per step: wall, busy, collective and input time, and its own device work."""
-    per_step = pd.DataFrame(
-        {
-            S.STEP: steps.numbers,
-            S.START_NS: steps.starts,
-            S.WALL_NS: steps.wall_ns,
-            S.BUSY_NS: busy.overlap_with(steps.starts, steps.ends),
-            S.COLLECTIVE_NS: activity.collective_union.overlap_with(steps.starts, steps.ends),
-            S.INPUT_WORK_NS: host.input.overlap_with(steps.starts, steps.ends),
-        }
-    )
-    # The device work each step needs: from the executions it dispatched where the trace
-    # links them, else the device's busy time inside the step's host window.
-    per_step[S.DEVICE_WORK_NS] = work.work_ns if work is not None else per_step[S.BUSY_NS]
-    return per_step
+    busy_ns = busy.overlap_with(steps.starts, steps.ends)
+    return {
+        S.STEP: steps.numbers,
+        S.START_NS: steps.starts,
+        S.WALL_NS: steps.wall_ns,
+        S.BUSY_NS: busy_ns,
+        S.COLLECTIVE_NS: activity.collective_union.overlap_with(steps.starts, steps.ends),
+        S.INPUT_WORK_NS: host.input.overlap_with(steps.starts, steps.ends),
+        # The device work each step needs: from the executions it dispatched where the
+        # trace links them, else the device's busy time inside the step's host window.
+        S.DEVICE_WORK_NS: work.work_ns if work is not None else busy_ns,
+    }
 
 
 @dataclass(frozen=True)
@@ -290,9 +289,10 @@ class _Verdict:
     sync_steps: float  # share of steps with sync idle time
 
 
-def _verdict(fractions: dict[str, float], per_step: pd.DataFrame) -> _Verdict:
+def _verdict(fractions: dict[str, float], per_step: Table) -> _Verdict:
     known = {c: fractions[c] for c in VERDICTS}
-    sync_steps = float((per_step[S.idle_cause_ns("sync")] > 0).mean()) if len(per_step) else 0.0
+    sync_idle = per_step[S.idle_cause_ns("sync")]
+    sync_steps = float((sync_idle > 0).mean()) if len(sync_idle) else 0.0
     occasional_sync = fractions["sync"] >= MATTERS and sync_steps < SYNC_RECURS
     if occasional_sync:
         known["sync"] = 0.0

@@ -19,9 +19,9 @@ longer the run is input-bound whatever the sync does, and that time stays ``inpu
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import schema as S
+from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.intervals import Intervals
@@ -44,7 +44,7 @@ def gap_table(
     input_bound: bool,
     busy_per_step: float,
     waiting: Intervals | None = None,
-) -> pd.DataFrame:
+) -> Table:
     """Per gap piece: idle time split by cause, with the sync rule applied.
 
     Idle periods are found over the whole analysed window first, so that one period that
@@ -52,6 +52,7 @@ def gap_table(
     as one, then cut at step boundaries so each piece belongs to one step. Vectorised:
     a GPU trace has as many gaps as kernels. ``waiting``: when a program the host had
     already dispatched waited to run (``runtime`` time, claimed before the host's causes).
+    The columns of :attr:`~traceinspect.analysis.result.Analysis.gaps`, one array each.
     """
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
     periods = busy.complement(lo, hi)
@@ -99,19 +100,16 @@ def gap_table(
         parts["sync"] = np.where(synced, parts["sync"] + late, parts["sync"])
         for cause in ("input", "host", "unknown"):
             parts[cause] = np.where(synced, 0, parts[cause])
-    gaps = pd.DataFrame(
-        {
-            S.STEP: steps.numbers[step_index],
-            S.STEP_INDEX: step_index,
-            S.START_NS: starts,
-            S.END_NS: ends,
-            S.PERIOD_START_NS: periods.starts[period],
-            S.AFTER_SYNC: synced,
-            **{str(c): parts[c].astype(np.int64) for c in CAUSES},
-            S.DURATION_NS: duration,
-        }
-    )
-    return gaps
+    return {
+        S.STEP: steps.numbers[step_index],
+        S.STEP_INDEX: step_index,
+        S.START_NS: starts,
+        S.END_NS: ends,
+        S.PERIOD_START_NS: periods.starts[period],
+        S.AFTER_SYNC: synced,
+        **{str(c): parts[c].astype(np.int64) for c in CAUSES},
+        S.DURATION_NS: duration,
+    }
 
 
 def close_short_gaps(busy: Intervals, min_gap_ns: int) -> Intervals:
@@ -131,10 +129,9 @@ def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
     """
     waits = host.sync_events
     out = np.zeros(len(periods), dtype=bool)
-    if waits.empty or len(periods) == 0:
+    if len(waits) == 0 or len(periods) == 0:
         return out
-    w_start = waits[S.START_NS].to_numpy()
-    w_end = waits[S.END_NS].to_numpy()
+    w_start, w_end = waits.starts, waits.ends
     for k, p0 in enumerate(periods.starts.tolist()):
         hit = (w_start < p0) & (w_end >= p0) & (w_end <= p0 + SYNC_WAKE_TOLERANCE_NS)
         out[k] = bool(hit.any())
@@ -179,45 +176,51 @@ def evidence(
     return out
 
 
-def attach_evidence(
-    gaps: pd.DataFrame, host: HostActivity, input_bound: bool, origin_ns: int
-) -> None:
+def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_ns: int) -> None:
     """Add each gap's cause, its evidence (for the EVIDENCE_GAPS longest: a GPU trace can hold
     as many gaps as kernels) and its start in ms from ``origin_ns``, in place."""
-    gaps[S.CAUSE] = gaps[list(CAUSES)].idxmax(axis=1) if len(gaps) else []
-    # (gaps has a RangeIndex, so labels are positions.)
-    longest = gaps[S.DURATION_NS].nlargest(EVIDENCE_GAPS).index
-    found: list[list[str]] = [[] for _ in range(len(gaps))]
+    n = len(gaps[S.START_NS])
+    by_cause = np.stack([gaps[c] for c in CAUSES]) if n else np.zeros((len(CAUSES), 0))
+    # The cause with the most of the gap (of equals, the first in CAUSES).
+    gaps[S.CAUSE] = np.array(CAUSES, dtype=object)[np.argmax(by_cause, axis=0)]
+    found = np.empty(n, dtype=object)
+    for row in range(n):
+        found[row] = []
     columns = (S.START_NS, S.END_NS, S.PERIOD_START_NS, "compile", "runtime", "unknown")
-    values = {c: gaps[c].to_numpy() for c in columns}
-    after_sync = gaps[S.AFTER_SYNC].to_numpy()
-    for row in longest.tolist():
-        g = {c: int(values[c][row]) for c in columns}
-        found[int(row)] = evidence(g, host, bool(after_sync[row]), input_bound)
+    after_sync = gaps[S.AFTER_SYNC]
+    for row in longest_first(gaps[S.DURATION_NS])[:EVIDENCE_GAPS].tolist():
+        g = {c: int(gaps[c][row]) for c in columns}
+        found[row] = evidence(g, host, bool(after_sync[row]), input_bound)
     gaps[S.EVIDENCE] = found
     gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
 
 
-def attach_sync_sites(gaps: pd.DataFrame, host: HostActivity) -> None:
+def longest_first(durations: np.ndarray) -> np.ndarray:
+    """Positions by duration, longest first (of equals, the earlier first)."""
+    return np.argsort(-durations, kind="stable")
+
+
+def attach_sync_sites(gaps: Table, host: HostActivity) -> None:
     """Add each gap's sync site, in place: where the blocking read that opened its idle
     period was made (the user's source line when the Python tracer was on, else the
     blocking event's name); None for a gap whose period no read opened."""
     found: dict[int, str] = {}
-    periods = gaps.loc[gaps[S.AFTER_SYNC], S.PERIOD_START_NS].unique() if len(gaps) else []
-    for p0 in periods:
+    periods = gaps[S.PERIOD_START_NS]
+    for p0 in np.unique(periods[gaps[S.AFTER_SYNC]]).tolist():
         read = host.read_ending_at(int(p0))
         if read is not None:
             found[int(p0)] = read[3] or read[0]
-    sites = [found.get(int(p0)) for p0 in gaps[S.PERIOD_START_NS].tolist()]
-    # object, so None stays None (pandas would make a text column with NaN for it)
-    gaps[S.SYNC_SITE] = pd.Series(sites, index=gaps.index, dtype=object)
+    sites = np.empty(len(periods), dtype=object)
+    sites[:] = [found.get(p0) for p0 in periods.tolist()]
+    gaps[S.SYNC_SITE] = sites
 
 
-def sync_sites(gaps: pd.DataFrame) -> tuple[str, ...]:
+def sync_sites(gaps: Table) -> tuple[str, ...]:
     """Where the syncs that opened gaps happen, the most frequent first (counted once per
     idle period, not per piece of it)."""
     sites: dict[str, int] = {}
-    for site in gaps.drop_duplicates(S.PERIOD_START_NS)[S.SYNC_SITE].tolist():
+    _, first = np.unique(gaps[S.PERIOD_START_NS], return_index=True)
+    for site in gaps[S.SYNC_SITE][np.sort(first)].tolist():
         if site is not None:
             sites[site] = sites.get(site, 0) + 1
     return tuple(sorted(sites, key=lambda k: -sites[k]))

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import names as N
 from traceinspect import schema as S
@@ -72,78 +71,116 @@ class StepWork:
         return int(np.isfinite(self.work_ns).sum())
 
 
-def _executions(trace: Trace, work_rows: np.ndarray) -> pd.DataFrame:
-    """One row per execution on the device work lines: run_id, module, start, end, work."""
-    stats = trace.event_stats
-    ids = stats.loc[stats[S.STAT] == N.RUN_ID, [S.EVENT_ROW, S.INT_VALUE]]
-    if ids.empty:
-        return pd.DataFrame()
-    ev = trace.events
-    on_work = np.isin(ev.loc[ids[S.EVENT_ROW].to_numpy(), S.LINE_ROW].to_numpy(), work_rows)
-    ids = ids[on_work]
-    modules = stats.loc[stats[S.STAT] == N.HLO_MODULE, [S.EVENT_ROW, S.STR_VALUE]]
-    named = ids.merge(modules, on=S.EVENT_ROW, how="inner")
-    if named.empty:
-        return pd.DataFrame()
+@dataclass(frozen=True, eq=False)
+class _Executions:
+    """One entry per execution on the device work lines, in order of start."""
+
+    module: np.ndarray  # the program's name (object array of str)
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    work_ns: np.ndarray  # the union of its events' time
+
+    def of(self, module: str) -> _Executions:
+        keep = self.module == module
+        return _Executions(
+            self.module[keep], self.start_ns[keep], self.end_ns[keep], self.work_ns[keep]
+        )
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
+    """Every execution on the device work lines: its program, start, end and work."""
+    c = trace.columns
+    ids = c.stat_rows(N.RUN_ID)
+    if len(ids["owner"]) == 0:
+        return None
+    ev = c.events
+    on_work = np.isin(ev[S.LINE_ROW][ids["owner"]], work_rows)
+    id_rows, id_values = ids["owner"][on_work], ids[S.INT_VALUE][on_work]
+    modules = c.stat_rows(N.HLO_MODULE)
+    # Each id event's program, where the event names it (the first such stat).
+    module_rows, first = np.unique(modules["owner"], return_index=True)
+    module_codes = modules[S.STR_VALUE][first]
+    at = np.minimum(np.searchsorted(module_rows, id_rows), max(len(module_rows) - 1, 0))
+    named = module_rows[at] == id_rows if len(module_rows) else np.zeros(len(id_rows), dtype=bool)
+    if not named.any():
+        return None
+    named_ids, named_modules = id_values[named], module_codes[at[named]]
     # The events of an execution that name no program (the CPU client's ``ThunkExecutor::
     # Execute (wait for completion)``, which spans the whole execution: jaxlib 0.12 runs
     # parts of a program on threads it does not trace, seen as hundreds of ms without an op
     # inside one MaxText step) take the program of their run id's ops, where only one
     # program has that id.
-    named_rows = named[S.EVENT_ROW].to_numpy()
-    named_ids = named[S.INT_VALUE].to_numpy()
-    named_modules = named[S.STR_VALUE].astype(object).to_numpy()
-    per_id = pd.DataFrame({"id": named_ids, "module": named_modules}).groupby("id")["module"]
-    counts = per_id.nunique()
-    module_of = per_id.first()[counts == 1]
-    unnamed = ids[~ids[S.EVENT_ROW].isin(named_rows)]
-    unnamed_modules = unnamed[S.INT_VALUE].map(module_of)
-    keep = unnamed_modules.notna().to_numpy()
-    frame = pd.DataFrame(
-        {
-            S.EVENT_ROW: np.concatenate((named_rows, unnamed[S.EVENT_ROW].to_numpy()[keep])),
-            S.INT_VALUE: np.concatenate((named_ids, unnamed[S.INT_VALUE].to_numpy()[keep])),
-            S.STR_VALUE: np.concatenate(
-                (named_modules, unnamed_modules.to_numpy()[keep].astype(str))
-            ),
-        }
-    )
-    rows = frame[S.EVENT_ROW].to_numpy()
-    starts = ev[S.START_NS].to_numpy()[rows]
-    frame = pd.DataFrame(
-        {
-            N.RUN_ID: frame[S.INT_VALUE].to_numpy(),
-            "module": frame[S.STR_VALUE].astype(object).to_numpy(),
-            S.START_NS: starts,
-            S.END_NS: starts + ev[S.DURATION_NS].to_numpy()[rows],
-        }
-    )
+    pairs = np.unique(np.stack((named_ids, named_modules.astype(np.int64))), axis=1)
+    id_of_pair = pairs[0]
+    one_program = np.flatnonzero(np.bincount(np.unique(id_of_pair, return_inverse=True)[1]) == 1)
+    single_ids = np.unique(id_of_pair)[one_program]
+    single_modules = pairs[1][np.searchsorted(id_of_pair, single_ids)]
+    unnamed_ids = id_values[~named]
+    k = np.minimum(np.searchsorted(single_ids, unnamed_ids), max(len(single_ids) - 1, 0))
+    found = single_ids[k] == unnamed_ids if len(single_ids) else np.zeros(0, dtype=bool)
+    rows = np.concatenate((id_rows[named], id_rows[~named][found]))
+    run_ids = np.concatenate((named_ids, unnamed_ids[found]))
+    module = np.concatenate((named_modules, single_modules[k[found]])).astype(np.int64)
+    starts = ev[S.START_NS][rows]
+    ends = starts + ev[S.DURATION_NS][rows]
+    # Programs ordered by name, as the ids' programs are compared.
+    used = np.unique(module)
+    names = c.strings(used)
+    by_name = np.empty(len(used), dtype=np.int64)
+    by_name[np.argsort(names.astype(str), kind="stable")] = np.arange(len(used))
+    module_rank = by_name[np.searchsorted(used, module)]
     # Each execution's work is the union of its events' time (ops of one execution overlap
     # on several threads): per execution, sorted by start, an op opens a new merged span when
     # it starts after every earlier op of that execution has ended.
-    frame = frame.sort_values([N.RUN_ID, "module", S.START_NS], kind="stable", ignore_index=True)
-    keys = frame.groupby([N.RUN_ID, "module"], sort=False).ngroup().to_numpy()
-    starts = frame[S.START_NS].to_numpy()
-    ends = frame[S.END_NS].to_numpy()
-    reach = pd.Series(ends).groupby(keys).cummax().to_numpy()
-    first = np.r_[True, keys[1:] != keys[:-1]]
-    opens = first | (starts > np.r_[0, reach[:-1]])
+    order = np.lexsort((starts, module_rank, run_ids))
+    run_ids, module_rank, starts, ends = (
+        run_ids[order], module_rank[order], starts[order], ends[order]
+    )  # fmt: skip
+    first_of = np.r_[True, (run_ids[1:] != run_ids[:-1]) | (module_rank[1:] != module_rank[:-1])]
+    keys = np.cumsum(first_of) - 1
+    group_start = np.flatnonzero(first_of)
+    reach = _cummax_per_group(ends, group_start)
+    opens = first_of | (starts > np.r_[0, reach[:-1]])
     span_lo = np.minimum.reduceat(starts, np.flatnonzero(opens))
     span_hi = np.maximum.reduceat(ends, np.flatnonzero(opens))
-    span_key = keys[opens]
-    work = np.bincount(span_key, weights=span_hi - span_lo)
-    table = pd.DataFrame(
-        {
-            N.RUN_ID: frame.loc[first, N.RUN_ID].to_numpy(),
-            "module": frame.loc[first, "module"].to_numpy(),
-            S.START_NS: np.minimum.reduceat(starts, np.flatnonzero(first)),
-            S.END_NS: np.maximum.reduceat(ends, np.flatnonzero(first)),
-            "work_ns": work.astype(np.int64),
-        }
-    )
+    work = np.bincount(keys[opens], weights=span_hi - span_lo)
+    exec_start = np.minimum.reduceat(starts, group_start)
+    exec_end = np.maximum.reduceat(ends, group_start)
+    rank_to_name = np.empty(len(used), dtype=object)
+    rank_to_name[by_name] = names
     # In execution order: run ids count up for one executable but not across recompiled
     # ones (sample_traces/scenarios/recompiling), and one device runs its queue in order.
-    return table.sort_values(S.START_NS, kind="stable", ignore_index=True)
+    in_order = np.argsort(exec_start, kind="stable")
+    return _Executions(
+        module=rank_to_name[module_rank[group_start]][in_order],
+        start_ns=exec_start[in_order],
+        end_ns=exec_end[in_order],
+        work_ns=work.astype(np.int64)[in_order],
+    )
+
+
+def _cummax_per_group(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """The running maximum of ``values`` within each group (groups are consecutive runs
+    starting at ``group_start``)."""
+    # Offset every group above all earlier ones, so one running maximum serves them all.
+    if len(values) == 0:
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    group = np.zeros(len(values), dtype=np.int64)
+    group[group_start[1:]] = 1
+    group = np.cumsum(group)
+    if span * (int(group[-1]) + 1) < np.iinfo(np.int64).max // 2:
+        lifted = (values - lo) + group * span
+        return np.maximum.accumulate(lifted) - group * span + lo
+    out = np.empty_like(values)
+    bounds = np.r_[group_start, len(values)]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
 
 
 def _offset(dispatch_ns: np.ndarray, exec_start_ns: np.ndarray) -> int | None:
@@ -165,7 +202,7 @@ def step_work(
     if steps.main_line_row is None or len(steps) == 0:
         return None
     execs = _executions(trace, work_rows)
-    if execs.empty:
+    if execs is None:
         return None
     if thread is None or thread.line.line_row != steps.main_line_row:
         thread = thread_events(trace, steps.main_line_row)
@@ -190,13 +227,13 @@ def step_work(
     linked: list[tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
     step_of = np.searchsorted(steps.starts, call_starts, side="right") - 1
     inside = (step_of >= 0) & (call_starts < steps.ends[np.maximum(step_of, 0)])
-    for name in pd.unique(fn):
-        runs = execs[execs["module"] == f"jit_{name}"]
-        if runs.empty:
+    for name in dict.fromkeys(fn.tolist()):
+        runs = execs.of(f"jit_{name}")
+        if len(runs) == 0:
             continue
         where = fn == name
         t = call_starts[where]
-        q = _offset(t, runs[S.START_NS].to_numpy())
+        q = _offset(t, runs.start_ns)
         if q is None:
             continue
         if len(t) + q - len(runs) > _MAX_UNMATCHED:
@@ -218,8 +255,8 @@ def step_work(
         # began, before the trace's start.
         dispatched = np.concatenate((np.full(q, trace.start_ns), call_ends[where][have]))
         ran = np.concatenate((np.arange(q), k[have]))
-        execs_ran = (runs[S.START_NS].to_numpy()[ran], runs[S.END_NS].to_numpy()[ran])
-        per_call = np.where(have, runs["work_ns"].to_numpy()[np.minimum(k, len(runs) - 1)], np.nan)
+        execs_ran = (runs.start_ns[ran], runs.end_ns[ran])
+        per_call = np.where(have, runs.work_ns[np.minimum(k, len(runs) - 1)], np.nan)
         s = step_of[where]
         ok = inside[where]
         np.add.at(work, s[ok], per_call[ok])

@@ -21,20 +21,18 @@ def enabled() -> bool:
 
 def check_invariants(a: Analysis) -> None:
     """Raise ``AssertionError`` naming the first broken invariant of ``a``."""
-    per_step, gaps = a.per_step, a.gaps
-    wall = per_step[S.WALL_NS].to_numpy()
-    busy = per_step[S.BUSY_NS].to_numpy()
-    idle = per_step[S.IDLE_NS].to_numpy()
+    per_step, gaps = a.per_step_columns, a.gap_columns
+    wall, busy, idle = per_step[S.WALL_NS], per_step[S.BUSY_NS], per_step[S.IDLE_NS]
     assert (busy >= 0).all() and (busy <= wall).all(), "busy time outside its step"
     assert (busy + idle == wall).all(), "busy + idle != wall in some step"
-    by_cause = sum(per_step[S.idle_cause_ns(c)].to_numpy() for c in CAUSES)
+    by_cause = sum(per_step[S.idle_cause_ns(c)] for c in CAUSES)
     assert np.array_equal(by_cause, idle), "idle time by cause does not sum to idle time"
-    if len(gaps):
-        parts = sum(gaps[c].to_numpy() for c in CAUSES)
-        assert np.array_equal(parts, gaps[S.DURATION_NS].to_numpy()), "gap parts != gap"
-        assert (gaps[list(CAUSES)].to_numpy() >= 0).all(), "a negative part of a gap"
+    if len(gaps[S.DURATION_NS]):
+        parts = sum(gaps[c] for c in CAUSES)
+        assert np.array_equal(parts, gaps[S.DURATION_NS]), "gap parts != gap"
+        assert all((gaps[c] >= 0).all() for c in CAUSES), "a negative part of a gap"
         assert (gaps[S.END_NS] - gaps[S.START_NS] == gaps[S.DURATION_NS]).all()
     total = float(wall.sum())
     assert abs(a.busy_fraction + a.idle_fraction - 1.0) < 1e-9 or total == 0
     assert abs(sum(a.cause_fractions.values()) - a.idle_fraction) < 1e-3, "fractions"
-    assert a.steps.count == len(per_step), "step count != per-step rows"
+    assert a.steps.count == len(wall), "step count != per-step rows"

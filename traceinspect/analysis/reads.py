@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
-from traceinspect import schema as S
 from traceinspect.analysis.executions import StepWork
 from traceinspect.analysis.steps import Steps, nested_spans
+from traceinspect.analysis.training_thread import Reads
 
 
 @dataclass(frozen=True)
@@ -29,12 +28,11 @@ class ReadsBehind:
     wait_ms: float  # median over those steps of the time such reads blocked the host
 
 
-def reads_behind(sync_events: pd.DataFrame, work: StepWork, steps: Steps) -> ReadsBehind:
+def reads_behind(sync_events: Reads, work: StepWork, steps: Steps) -> ReadsBehind:
     """Count the outermost reads inside the steps, and those that began after the host had
     dispatched a program that then ran on past the read's end: the value read was an
     earlier program's, and the device had the next one."""
-    starts = sync_events[S.START_NS].to_numpy(dtype=np.int64)
-    ends = sync_events[S.END_NS].to_numpy(dtype=np.int64)
+    starts, ends = sync_events.starts, sync_events.ends
     if len(starts):
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]

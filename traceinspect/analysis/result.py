@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import schema as S
 from traceinspect.analysis.input_stages import InputStages
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Equally long columns by name: what the analysis computes its tables as (no pandas), and
+#: what :attr:`Analysis.per_step` and :attr:`Analysis.gaps` are built from.
+Table = dict[str, np.ndarray]
 GRAIN_WORKER_COUNT = "grain_worker_count"
 INPUT_STAGE = "input_stage"
 
@@ -152,7 +158,12 @@ class StepSummary:
 
 @dataclass(frozen=True, eq=False)
 class Analysis:
-    """The result of :func:`analyze`; ``to_dict()`` is what ``analyze --json`` prints."""
+    """The result of :func:`analyze`; ``to_dict()`` is what ``analyze --json`` prints.
+
+    ``per_step`` (one row per step) and ``gaps`` (one row per idle gap piece) are pandas
+    frames built when first asked for from ``per_step_columns`` and ``gap_columns``, so
+    that printing an analysis never imports pandas.
+    """
 
     path: str
     backend: str
@@ -168,8 +179,8 @@ class Analysis:
     device_busy_ms_per_step: float
     sync_sites: tuple[str, ...]
     recommendations: tuple[Recommendation, ...]
-    per_step: pd.DataFrame = field(repr=False)
-    gaps: pd.DataFrame = field(repr=False)
+    per_step_columns: Table = field(repr=False)
+    gap_columns: Table = field(repr=False)
     notes: tuple[str, ...] = ()
     #: Median device time per step inside collectives (all-reduce, all-gather, ...): part
     #: of the busy time, and in a multi-host run the time spent waiting for other hosts.
@@ -186,10 +197,25 @@ class Analysis:
     #: Digests of the first batches the loop drew (from capture): a pod compares its hosts'.
     first_batches: tuple[str, ...] = field(default=(), repr=False)
 
+    @cached_property
+    def per_step(self) -> pd.DataFrame:
+        """One row per step: its number, start, wall, busy, collective, input and device
+        work time, and idle time by cause (ns)."""
+        return table_frame(self.per_step_columns)
+
+    @cached_property
+    def gaps(self) -> pd.DataFrame:
+        """One row per idle gap piece (a gap cut at step boundaries): its step, times, time
+        by cause, cause, evidence and sync site."""
+        return table_frame(self.gap_columns)
+
+    def longest_gaps(self, count: int | None = None) -> list[int]:
+        """Rows of ``gaps``, longest first (of equals, the earlier first)."""
+        order = np.argsort(-self.gap_columns[S.DURATION_NS], kind="stable")
+        return (order if count is None else order[:count]).tolist()
+
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:
-        gaps = self.gaps.sort_values(S.DURATION_NS, ascending=False)
-        if max_gaps is not None:
-            gaps = gaps.iloc[:max_gaps]
+        ps, g = self.per_step_columns, self.gap_columns
         return {
             "path": self.path,
             "backend": self.backend,
@@ -217,30 +243,48 @@ class Analysis:
             "recommendations": [r.to_dict() for r in self.recommendations],
             "per_step": [
                 {
-                    "step": int(r[S.STEP]),
-                    "wall_ms": round(r[S.WALL_NS] / 1e6, 4),
-                    "busy_ms": round(r[S.BUSY_NS] / 1e6, 4),
-                    "idle_ms": round(r[S.IDLE_NS] / 1e6, 4),
-                    "collective_ms": round(r[S.COLLECTIVE_NS] / 1e6, 4),
-                    "idle_by_cause_ms": {c: round(r[S.idle_cause_ns(c)] / 1e6, 4) for c in CAUSES},
+                    "step": int(ps[S.STEP][i]),
+                    "wall_ms": _ms(ps[S.WALL_NS][i]),
+                    "busy_ms": _ms(ps[S.BUSY_NS][i]),
+                    "idle_ms": _ms(ps[S.IDLE_NS][i]),
+                    "collective_ms": _ms(ps[S.COLLECTIVE_NS][i]),
+                    "idle_by_cause_ms": {c: _ms(ps[S.idle_cause_ns(c)][i]) for c in CAUSES},
                 }
-                for _, r in self.per_step.iterrows()
+                for i in range(len(ps[S.STEP]))
             ],
             "gaps": [
                 {
-                    "step": int(g.step),
-                    S.START_MS: round(float(g.start_ms), 4),
-                    "duration_ms": round(g.duration_ns / 1e6, 4),
-                    "cause": str(g.cause),
-                    "evidence": list(g.evidence),
+                    "step": int(g[S.STEP][i]),
+                    S.START_MS: round(float(g[S.START_MS][i]), 4),
+                    "duration_ms": round(int(g[S.DURATION_NS][i]) / 1e6, 4),
+                    "cause": str(g[S.CAUSE][i]),
+                    "evidence": list(g[S.EVIDENCE][i]),
                 }
-                for g in gaps.itertuples()
+                for i in self.longest_gaps(max_gaps)
             ],
             "notes": list(self.notes),
             "window": self.window,
             "input_stages": self.input_stages.to_dict() if self.input_stages else None,
             "findings": [f.to_dict() for f in self.findings],
         }
+
+
+def _ms(ns: Any) -> float:
+    """Nanoseconds as milliseconds to 4 places, with numpy's rounding (per-step figures
+    have always been printed so; a gap's duration with Python's)."""
+    return float(round(np.float64(ns) / 1e6, 4))
+
+
+def table_frame(table: Table) -> pd.DataFrame:
+    """A table as a pandas frame (columns of Python objects stay ``object``)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            name: pd.Series(values, dtype=object) if values.dtype == object else values
+            for name, values in table.items()
+        }
+    )
 
 
 # --- a record of an analysis: what the result cache (traceinspect/results.py) stores ------
@@ -250,38 +294,45 @@ RECORD_FORMAT = 1
 _TUPLE_FIELDS = ("devices", "sync_sites", "notes", "first_batches")
 # Fields kept in a shape of their own (the others are JSON values as they are).
 _STRUCTURED_FIELDS = frozenset(
-    ("steps", "recommendations", "per_step", "gaps", "timeline", "input_stages", "findings")
+    (
+        "steps",
+        "recommendations",
+        "per_step_columns",
+        "gap_columns",
+        "timeline",
+        "input_stages",
+        "findings",
+    )
 )
 
 
-def _frame_record(
-    frame: pd.DataFrame, prefix: str, arrays: dict[str, np.ndarray]
-) -> list[dict[str, Any]]:
-    """Each column of ``frame``: numbers into ``arrays``, anything else as a JSON list."""
+def _table_record(table: Table, prefix: str, arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Each column: numbers into ``arrays``, anything else as a JSON list."""
     columns: list[dict[str, Any]] = []
-    for name in frame.columns:
-        col = frame[name]
+    for name, col in table.items():
         entry: dict[str, Any] = {"name": str(name), "dtype": str(col.dtype)}
-        if isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf":
-            arrays[f"{prefix}.{name}"] = col.to_numpy()
+        if col.dtype.kind in "biuf":
+            arrays[f"{prefix}.{name}"] = col
         else:
             entry["values"] = [list(v) if isinstance(v, list) else v for v in col.tolist()]
         columns.append(entry)
     return columns
 
 
-def _frame_from_record(
+def _table_from_record(
     columns: list[dict[str, Any]], prefix: str, arrays: dict[str, np.ndarray]
-) -> pd.DataFrame:
-    data: dict[str, Any] = {}
+) -> Table:
+    table: Table = {}
     for entry in columns:
         name = entry["name"]
         if "values" in entry:
-            dtype = None if entry["dtype"] == "object" else entry["dtype"]
-            data[name] = pd.Series(entry["values"], dtype=dtype or object)
+            values = np.empty(len(entry["values"]), dtype=object)
+            for i, v in enumerate(entry["values"]):
+                values[i] = v
+            table[name] = values
         else:
-            data[name] = np.asarray(arrays[f"{prefix}.{name}"])
-    return pd.DataFrame(data)
+            table[name] = np.asarray(arrays[f"{prefix}.{name}"])
+    return table
 
 
 def _intervals_record(
@@ -323,8 +374,8 @@ def analysis_record(a: Analysis) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         ],
         "findings": [{f.name: getattr(x, f.name) for f in fields(x)} for x in a.findings],
         "input_stages": a.input_stages.to_record() if a.input_stages else None,
-        "per_step": _frame_record(a.per_step, "per_step", arrays),
-        "gaps": _frame_record(a.gaps, "gaps", arrays),
+        "per_step": _table_record(a.per_step_columns, "per_step", arrays),
+        "gaps": _table_record(a.gap_columns, "gaps", arrays),
         "timeline": None,
     }
     if a.timeline is not None:
@@ -373,7 +424,7 @@ def analysis_from_record(record: dict[str, Any], arrays: dict[str, np.ndarray]) 
         recommendations=recommendations,
         findings=tuple(Finding(**x) for x in record["findings"]),
         input_stages=InputStages.from_record(stages) if stages else None,
-        per_step=_frame_from_record(record["per_step"], "per_step", arrays),
-        gaps=_frame_from_record(record["gaps"], "gaps", arrays),
+        per_step_columns=_table_from_record(record["per_step"], "per_step", arrays),
+        gap_columns=_table_from_record(record["gaps"], "gaps", arrays),
         timeline=timeline,
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import names as N
 from traceinspect import schema as S
@@ -77,44 +76,59 @@ def _windows(
     )
 
 
-def _on_busiest_line(events: pd.DataFrame) -> pd.DataFrame:
-    """The events on the line holding most of them (annotations may be on several)."""
-    top = events[S.LINE_ROW].value_counts().idxmax()
-    return events[events[S.LINE_ROW] == top]
+def most_common(values: np.ndarray) -> int:
+    """The value occurring most often (of equals, the first to occur)."""
+    distinct, first, counts = np.unique(values, return_index=True, return_counts=True)
+    best = np.flatnonzero(counts == counts.max())
+    return int(distinct[best[np.argmin(first[best])]])
+
+
+def _events(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends and name codes of these event rows."""
+    ev = trace.columns.events
+    starts = ev[S.START_NS][rows]
+    return starts, starts + ev[S.DURATION_NS][rows], ev[S.NAME][rows]
 
 
 def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
-    stats = trace.event_stats
-    rows = stats.loc[stats[S.STAT] == N.STEP_NUM, [S.EVENT_ROW, S.INT_VALUE]]
-    if len(rows) >= 1:
-        events = trace.events.loc[rows[S.EVENT_ROW].to_numpy()]
-        events = events.assign(**{S.STEP: rows[S.INT_VALUE].to_numpy()})
-        events = _on_busiest_line(events)
+    c = trace.columns
+    line_of = c.events[S.LINE_ROW]
+    annotations = c.stat_rows(N.STEP_NUM)
+    if len(annotations["owner"]) >= 1:
+        rows, numbers = annotations["owner"], annotations[S.INT_VALUE]
+        # The line holding most of them (annotations may be on several).
+        on_line = line_of[rows] == most_common(line_of[rows])
+        rows, numbers = rows[on_line], numbers[on_line]
         # One annotation name per step: the user's own, rather than the copy that
         # `traceinspect capture` writes around the same steps.
-        counts = events[S.NAME].astype(str).value_counts()
-        own = [n for n in counts.index if n != N.ANN_STEP] or list(counts.index)
-        events = events[events[S.NAME].astype(str) == own[0]]
-        names = [own[0]]
+        codes = c.events[S.NAME][rows]
+        capture_code = c.event_names.index(N.ANN_STEP) if N.ANN_STEP in c.event_names else -1
+        own = codes != capture_code
+        name = most_common(codes[own] if own.any() else codes)
+        rows, numbers = rows[codes == name], numbers[codes == name]
+        starts, ends, _ = _events(trace, rows)
         return _windows(
-            f"StepTraceAnnotation {', '.join(repr(n) for n in names)}",
-            events[S.START_NS].to_numpy(),
-            (events[S.START_NS] + events[S.DURATION_NS]).to_numpy(),
-            events[S.STEP].to_numpy(),
-            int(events[S.LINE_ROW].iloc[0]),
+            f"StepTraceAnnotation {c.event_names[name]!r}",
+            starts,
+            ends,
+            numbers,
+            int(line_of[rows[0]]),
             lo,
             hi,
-            (names[0], N.ANN_STEP),  # both envelopes, never work
+            (c.event_names[name], N.ANN_STEP),  # both envelopes, never work
         )
-    marked = trace.events[trace.events[S.NAME] == N.ANN_STEP]
+    if N.ANN_STEP not in c.event_names:
+        return None
+    marked = np.flatnonzero(c.events[S.NAME] == c.event_names.index(N.ANN_STEP))
     if len(marked) >= 1:
-        marked = _on_busiest_line(marked)
+        marked = marked[line_of[marked] == most_common(line_of[marked])]
+        starts, ends, _ = _events(trace, marked)
         return _windows(
             "traceinspect capture steps",
-            marked[S.START_NS].to_numpy(),
-            (marked[S.START_NS] + marked[S.DURATION_NS]).to_numpy(),
+            starts,
+            ends,
             np.arange(len(marked)),
-            int(marked[S.LINE_ROW].iloc[0]),
+            int(line_of[marked[0]]),
             lo,
             hi,
             (N.ANN_STEP,),
@@ -123,23 +137,26 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
 
 
 def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
-    lines = trace.lines
-    steps_lines = lines[
-        (lines[S.LINE] == N.STEPS_LINE)
-        & lines[S.PLANE].astype(str).str.startswith("/device:")
-        & (lines[S.EVENT_COUNT] > 0)
+    c = trace.columns
+    planes = c.plane_of_line()
+    counts = c.lines[S.EVENT_COUNT]
+    candidates = [
+        row
+        for row, (name, plane) in enumerate(zip(c.line_name(), planes, strict=True))
+        if name == N.STEPS_LINE and plane.startswith("/device:") and counts[row] > 0
     ]
-    if steps_lines.empty:
+    if not candidates:
         return None
-    best = steps_lines[S.EVENT_COUNT].idxmax()
-    events = trace.events[trace.events[S.LINE_ROW] == best]
-    if len(events) < 2:
+    best = max(candidates, key=lambda row: (counts[row], -row))
+    rows = np.flatnonzero(c.events[S.LINE_ROW] == best)
+    if len(rows) < 2:
         return None
+    starts, ends, _ = _events(trace, rows)
     return _windows(
-        f"device Steps line on {lines.loc[best, S.PLANE]}",
-        events[S.START_NS].to_numpy(),
-        (events[S.START_NS] + events[S.DURATION_NS]).to_numpy(),
-        np.arange(len(events)),
+        f"device Steps line on {planes[best]}",
+        starts,
+        ends,
+        np.arange(len(rows)),
         None,
         lo,
         hi,
@@ -147,80 +164,80 @@ def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
 
 
 def _group_ids(trace: Trace, lo: int, hi: int) -> Steps | None:
-    stats = trace.event_stats
-    rows = stats.loc[stats[S.STAT] == N.GROUP_ID, [S.EVENT_ROW, S.INT_VALUE]]
-    if rows[S.INT_VALUE].nunique() < 2:
+    groups = trace.columns.stat_rows(N.GROUP_ID)
+    ids = groups[S.INT_VALUE]
+    if len(np.unique(ids)) < 2:
         return None
-    ev = trace.events.loc[rows[S.EVENT_ROW].to_numpy(), [S.START_NS, S.DURATION_NS]]
-    frame = pd.DataFrame(
-        {
-            "group": rows[S.INT_VALUE].to_numpy(),
-            "start": ev[S.START_NS].to_numpy(),
-            "end": (ev[S.START_NS] + ev[S.DURATION_NS]).to_numpy(),
-        }
-    )
-    spans = frame.groupby("group").agg(start=("start", "min"), end=("end", "max"))
-    return _windows(
-        "TensorFlow group_id",
-        spans["start"].to_numpy(),
-        spans["end"].to_numpy(),
-        spans.index.to_numpy(),
-        None,
-        lo,
-        hi,
-    )
+    starts, ends, _ = _events(trace, groups["owner"])
+    distinct, group = np.unique(ids, return_inverse=True)
+    first = np.full(len(distinct), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(distinct), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, group, starts)
+    np.maximum.at(last, group, ends)
+    return _windows("TensorFlow group_id", first, last, distinct, None, lo, hi)
 
 
 def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
-    ev = trace.events
-    modules = ev[(ev[S.LINE] == "XLA Modules") & ev[S.PLANE].astype(str).str.startswith("/device:")]
+    c = trace.columns
+    line_of = c.events[S.LINE_ROW]
+    planes = c.plane_of_line()
+    module_lines = np.array(
+        [
+            name == "XLA Modules" and plane.startswith("/device:")
+            for name, plane in zip(c.line_name(), planes, strict=True)
+        ],
+        dtype=bool,
+    )
+    modules = np.flatnonzero(module_lines[line_of]) if module_lines.any() else np.empty(0, int)
     if len(modules):
-        first_device = modules[S.PLANE].iloc[0]
-        modules = modules[modules[S.PLANE] == first_device]
-        top = modules[S.NAME].value_counts()
-        if top.iloc[0] >= 2:
-            runs = modules[modules[S.NAME] == top.index[0]]
+        first_device = planes[int(line_of[modules[0]])]
+        on_device = np.array([p == first_device for p in planes], dtype=bool)
+        modules = modules[on_device[line_of[modules]]]
+        codes = c.events[S.NAME][modules]
+        distinct, counts = np.unique(codes, return_counts=True)
+        top = np.argsort(-counts, kind="stable")[0]
+        if counts[top] >= 2:
+            name = c.event_names[int(distinct[top])]
+            runs = modules[codes == distinct[top]]
+            starts, ends, _ = _events(trace, runs)
             return _windows(
-                f"repeated XLA module {top.index[0]!r} on {first_device}",
-                runs[S.START_NS].to_numpy(),
-                (runs[S.START_NS] + runs[S.DURATION_NS]).to_numpy(),
+                f"repeated XLA module {name!r} on {first_device}",
+                starts,
+                ends,
                 np.arange(len(runs)),
                 None,
                 lo,
                 hi,
             )
-    names = ev[S.NAME].cat.categories
-    pjit = [n for n in names if N.PJIT.match(str(n))]
-    if not pjit:
+    pjit = np.array([N.PJIT.match(n) is not None for n in c.event_names], dtype=bool)
+    if not pjit.any():
         return None
-    calls = ev[ev[S.NAME].isin(pjit)]
-    counts = calls.groupby([S.LINE_ROW, S.NAME], observed=True).size()
-    (line_row, name), n = counts.idxmax(), counts.max()
-    if n < 2:
+    calls = np.flatnonzero(pjit[c.events[S.NAME]])
+    # Calls per (line, function), in order of line then name, as a grouping would list them.
+    keys = line_of[calls].astype(np.int64) * len(c.event_names) + c.events[S.NAME][calls]
+    distinct, counts = np.unique(keys, return_counts=True)
+    best = int(np.argmax(counts))
+    if counts[best] < 2:
         return None
-    runs = calls[(calls[S.LINE_ROW] == line_row) & (calls[S.NAME] == name)]
+    line_row, code = divmod(int(distinct[best]), len(c.event_names))
+    runs = calls[keys == distinct[best]]
+    starts, ends, _ = _events(trace, runs)
     # Nested calls of the same function (a wrapper calling itself) count once.
-    runs = runs[~nested(runs)]
+    outer = ~nested_spans(starts, ends)
     steps = _windows(
-        f"repeated calls of {name}",
-        runs[S.START_NS].to_numpy(),
-        (runs[S.START_NS] + runs[S.DURATION_NS]).to_numpy(),
-        np.arange(len(runs)),
-        int(line_row),
+        f"repeated calls of {c.event_names[code]}",
+        starts[outer],
+        ends[outer],
+        np.arange(int(outer.sum())),
+        line_row,
         lo,
         hi,
     )
     return replace(steps, one_call_each=True)
 
 
-def nested(events: pd.DataFrame) -> np.ndarray:
-    """Events (sorted by start) that lie inside an earlier event of the same frame."""
-    starts = events[S.START_NS].to_numpy()
-    return nested_spans(starts, starts + events[S.DURATION_NS].to_numpy())
-
-
 def nested_spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """:func:`nested` for spans given as arrays."""
+    """Spans that lie inside an earlier span (by start) of the same frame."""
     order = np.argsort(starts, kind="stable")
     reach = np.maximum.accumulate(ends[order])
     inside = np.zeros(len(starts), dtype=bool)

@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.steps import Steps, most_common
 from traceinspect.intervals import Intervals
-from traceinspect.trace import LineEvents, Trace, category_codes, category_mask
+from traceinspect.trace import LineEvents, Trace, category_codes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/|/jax/|/jaxlib/)")
 
@@ -125,7 +127,7 @@ class ThreadEvents:
         starts = events[S.START_NS].to_numpy(dtype=np.int64)
         durations = events[S.DURATION_NS].to_numpy(dtype=np.int64)
         codes = category_codes(events[S.NAME])
-        names = events[S.NAME].cat.categories
+        names = [str(n) for n in events[S.NAME].cat.categories]
         order = np.argsort(starts, kind="stable")
         line = LineEvents(-1, starts[order], durations[order], codes[order], names, 0, order)
         return cls(line, np.ones(len(names), bool), np.zeros(len(names), np.int8))
@@ -161,8 +163,8 @@ class ThreadEvents:
         """Name code -> (label, file) of the counted names that are the user's own Python
         frames."""
         if "user" not in self._cache:
-            names = self.line.names.tolist()
-            found = {c: _user_frame(str(names[c])) for c in np.flatnonzero(self.kept).tolist()}
+            names = self.line.names
+            found = {c: _user_frame(names[c]) for c in np.flatnonzero(self.kept).tolist()}
             self._cache["user"] = {c: f for c, f in found.items() if f is not None}
         frames: dict[int, tuple[str, str]] = self._cache["user"]
         return frames
@@ -289,6 +291,29 @@ class ThreadEvents:
 
 
 @dataclass(frozen=True, eq=False)
+class Reads:
+    """The training thread's blocking reads of device values, in order of start (of equal
+    starts, the longest first: ``float(x)`` before the ``Await`` inside it)."""
+
+    starts: np.ndarray  # int64 ns
+    ends: np.ndarray  # int64 ns
+    names: list[str]  # the event's name, with the kind of read capture recorded
+
+    @classmethod
+    def empty(cls) -> Reads:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), [])
+
+    @classmethod
+    def of(cls, starts: np.ndarray, ends: np.ndarray, names: list[str]) -> Reads:
+        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        order = np.lexsort((-ends, starts))
+        return cls(starts[order], ends[order], [names[i] for i in order.tolist()])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True, eq=False)
 class HostActivity:
     """Category intervals of the host, and the events behind them (for evidence)."""
 
@@ -298,7 +323,7 @@ class HostActivity:
     compile: Intervals
     host: Intervals
     events: ThreadEvents | None  # the training thread's events (None: no thread found)
-    sync_events: pd.DataFrame  # start_ns, end_ns, name (Await pairs become one row)
+    sync_events: Reads  # the blocking reads (Await pairs become one)
     frames: PythonFrames | None = None  # the user's own Python frames (Python tracer on)
 
     def read_ending_at(self, at_ns: int) -> tuple[str, int, int, str | None] | None:
@@ -306,15 +331,13 @@ class HostActivity:
         after it): (name, start, end, the user's source line if traced). The outermost
         one: ``float(x)`` rather than the ``Await`` inside it."""
         waits = self.sync_events
-        starts = waits[S.START_NS].to_numpy()
-        ends = waits[S.END_NS].to_numpy()
-        hit = np.flatnonzero((starts < at_ns) & (ends >= at_ns))
+        hit = np.flatnonzero((waits.starts < at_ns) & (waits.ends >= at_ns))
         if len(hit) == 0:
             return None
         first = int(hit[0])
-        start = int(starts[first])
+        start = int(waits.starts[first])
         site = self.frames.innermost_at(start) if self.frames else None
-        return str(waits[S.NAME].iat[first]), start, int(ends[first]), site
+        return waits.names[first], start, int(waits.ends[first]), site
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping
@@ -398,51 +421,76 @@ class PythonFrames:
         return None
 
 
-def _await_waits(trace: Trace, awaits: pd.DataFrame) -> pd.DataFrame:
-    """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs -> waits."""
-    if awaits.empty:
-        return pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
-    stats = trace.stats_of(awaits)
-    ids = stats[stats[S.STAT].isin(["_p", "_c"])]
-    ends = awaits[S.START_NS] + awaits[S.DURATION_NS]
-    producers = ids[ids[S.STAT] == "_p"].set_index(S.INT_VALUE)[S.EVENT_ROW]
-    consumers = ids[ids[S.STAT] == "_c"].set_index(S.INT_VALUE)[S.EVENT_ROW]
-    producers = producers[~producers.index.duplicated()]
-    consumers = consumers[~consumers.index.duplicated()]
-    both = producers.index.intersection(consumers.index)
-    start = awaits.loc[producers.loc[both].to_numpy(), S.START_NS].to_numpy()
-    end = ends.loc[consumers.loc[both].to_numpy()].to_numpy()
+_AWAIT_LABEL = "block_until_ready (Await)"
+
+
+def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs (``awaits``:
+    their event rows) -> the waits' starts and ends."""
+    c = trace.columns
+    ev = c.events
+
+    def first_per_pair(stat: str) -> dict[int, int]:
+        """Pair id -> the first of ``awaits`` carrying it as ``stat``."""
+        rows = c.stat_rows(stat)
+        mine = np.isin(rows["owner"], awaits)
+        out: dict[int, int] = {}
+        for pair, row in zip(
+            rows[S.INT_VALUE][mine].tolist(), rows["owner"][mine].tolist(), strict=True
+        ):
+            out.setdefault(pair, row)
+        return out
+
+    if len(awaits) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    producers, consumers = first_per_pair("_p"), first_per_pair("_c")
+    both = [pair for pair in producers if pair in consumers]
+    start = ev[S.START_NS][np.array([producers[p] for p in both], dtype=np.int64)]
+    last = np.array([consumers[p] for p in both], dtype=np.int64)
+    end = ev[S.START_NS][last] + ev[S.DURATION_NS][last]
     keep = end > start
-    return pd.DataFrame(
-        {S.START_NS: start[keep], S.END_NS: end[keep], S.NAME: "block_until_ready (Await)"}
-    )
+    return start[keep], end[keep]
 
 
-def _sync_labels(trace: Trace, events: pd.DataFrame) -> list[str]:
+def _sync_labels(trace: Trace, rows: np.ndarray) -> list[str]:
     """Event names, with the kind of read ``traceinspect capture`` recorded when present
     (``traceinspect/host_read (__float__)``)."""
-    names = events[S.NAME].astype(str).tolist()
-    stats = trace.stats_of(events)
-    kinds = stats[stats[S.STAT] == "kind"].set_index(S.EVENT_ROW)[S.STR_VALUE].astype(str)
+    c = trace.columns
+    kinds = c.stat_rows("kind")
+    mine = np.isin(kinds["owner"], rows)
+    kind_of: dict[int, str] = {}
+    strings = c.strings(kinds[S.STR_VALUE][mine])
+    for row, kind in zip(kinds["owner"][mine].tolist(), strings, strict=True):
+        kind_of.setdefault(row, str(kind))
+    names = [c.event_names[k] for k in c.events[S.NAME][rows].tolist()]
     return [
-        f"{name} ({kinds[row]})" if row in kinds.index else name
-        for row, name in zip(events.index, names, strict=True)
+        f"{name} ({kind_of[row]})" if row in kind_of else name
+        for row, name in zip(rows.tolist(), names, strict=True)
     ]
 
 
 def guess_training_line(trace: Trace) -> int | None:
     """The host line that dispatches programs or draws batches most often, when no step
     annotation says which thread trains (None when no line does either)."""
-    ev = trace.events
-    mask = category_mask(ev[S.NAME], N.INPUT_EVENT) | category_mask(ev[S.NAME], N.PJIT)
-    if not mask.any():
+    c = trace.columns
+    hit = np.array(
+        [
+            N.INPUT_EVENT.search(n) is not None or N.PJIT.search(n) is not None
+            for n in c.event_names
+        ],
+        dtype=bool,
+    )
+    if not hit.any():
         return None
-    return int(ev.loc[mask, S.LINE_ROW].value_counts().idxmax())
+    rows = np.flatnonzero(hit[c.events[S.NAME]])
+    if len(rows) == 0:
+        return None
+    return most_common(c.events[S.LINE_ROW][rows])
 
 
 def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Starts and ends of the events with a duration on the compiler threads."""
-    names = trace.lines[S.LINE].astype(str).tolist()
+    names = trace.columns.line_name()
     rows = [row for row, name in enumerate(names) if N.COMPILE_LINE.match(name)]
     starts, ends = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for row in rows:
@@ -453,9 +501,9 @@ def _compile_line_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(starts), np.concatenate(ends)
 
 
-def _events_at(trace: Trace, line: LineEvents, positions: np.ndarray) -> pd.DataFrame:
-    """The events frame's rows of these positions, in the frame's order."""
-    return trace.events.iloc[np.sort(line.rows(positions))]
+def _rows_at(line: LineEvents, positions: np.ndarray) -> np.ndarray:
+    """The event rows of these positions, in the stored order."""
+    return np.sort(line.rows(positions))
 
 
 def thread_events(trace: Trace, line_row: int, markers: tuple[str, ...] = ()) -> ThreadEvents:
@@ -463,7 +511,7 @@ def thread_events(trace: Trace, line_row: int, markers: tuple[str, ...] = ()) ->
     (``StepTraceAnnotation`` names): they span whole steps and are not work."""
     line = trace.line_events(line_row)
     names = line.names
-    kept = ~np.asarray(names.isin(markers)) if markers else np.ones(len(names), dtype=bool)
+    kept = np.fromiter((n not in markers for n in names), bool, len(names))
     thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
     input_name = thread.matching(N.INPUT_EVENT) & kept
     sync_name = thread.matching(N.SYNC_EVENT) & kept
@@ -484,7 +532,6 @@ def host_activity(
     not work, so they are left out. ``thread``: that thread's events, when the caller has
     them (:func:`thread_events`)."""
     compile_starts, compile_ends = _compile_line_spans(trace)
-    empty_waits = pd.DataFrame({S.START_NS: [], S.END_NS: [], S.NAME: []})
     if main_line_row is None:
         empty = Intervals.empty()
         return HostActivity(
@@ -494,7 +541,7 @@ def host_activity(
             Intervals.union_of(compile_starts, compile_ends),
             empty,
             None,
-            empty_waits,
+            Reads.empty(),
         )
     if thread is None or thread.line.line_row != main_line_row:
         thread = thread_events(trace, main_line_row, markers)
@@ -502,18 +549,16 @@ def host_activity(
     starts = line.starts
     is_input = thread.named(N.INPUT_EVENT)
     is_compile = thread.named(N.COMPILE_EVENT)
-    # The few sync and Await events as frame rows, in the frame's order (as labelled and
-    # sorted before).
-    waits = _await_waits(trace, _events_at(trace, line, thread.named(_AWAIT)))
-    sync_frame = _events_at(trace, line, thread.named(N.SYNC_EVENT))
-    sync_rows = pd.DataFrame(
-        {
-            S.START_NS: sync_frame[S.START_NS].to_numpy(),
-            S.END_NS: (sync_frame[S.START_NS] + sync_frame[S.DURATION_NS]).to_numpy(),
-            S.NAME: _sync_labels(trace, sync_frame),
-        }
+    # The few sync and Await events, by event row.
+    wait_starts, wait_ends = _await_waits(trace, _rows_at(line, thread.named(_AWAIT)))
+    sync_rows = _rows_at(line, thread.named(N.SYNC_EVENT))
+    ev = trace.columns.events
+    sync_starts = ev[S.START_NS][sync_rows]
+    sync_events = Reads.of(
+        np.concatenate((sync_starts, wait_starts)),
+        np.concatenate((sync_starts + ev[S.DURATION_NS][sync_rows], wait_ends)),
+        _sync_labels(trace, sync_rows) + [_AWAIT_LABEL] * len(wait_starts),
     )
-    sync_events = pd.concat([sync_rows, waits], ignore_index=True).sort_values(S.START_NS)
     compile_iv = Intervals.union_of(
         np.concatenate((compile_starts, starts[is_compile])),
         np.concatenate((compile_ends, line.end_at(is_compile))),
@@ -521,13 +566,11 @@ def host_activity(
     return HostActivity(
         main_line_row=main_line_row,
         input=Intervals.union_of(starts[is_input], line.end_at(is_input)),
-        sync=Intervals.union_of(
-            sync_events[S.START_NS].to_numpy(), sync_events[S.END_NS].to_numpy()
-        ),
+        sync=Intervals.union_of(sync_events.starts, sync_events.ends),
         compile=compile_iv,
         host=thread.busy(),
         events=thread,
-        sync_events=sync_events.reset_index(drop=True),
+        sync_events=sync_events,
         frames=user_frames(thread),
     )
 

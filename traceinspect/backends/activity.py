@@ -85,11 +85,11 @@ def _union(parts: Iterable[Intervals]) -> Intervals:
 
 
 def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]]:
-    lines = trace.lines
-    plane = lines[S.PLANE].astype(str).to_numpy()
-    name = lines[S.LINE].astype(str).to_numpy()
-    has_events = lines[S.EVENT_COUNT].to_numpy() > 0
-    rows = lines.index.to_numpy()
+    c = trace.columns
+    plane = np.array(c.plane_of_line(), dtype=object)
+    name = np.array(c.line_name(), dtype=object)
+    has_events = c.lines[S.EVENT_COUNT] > 0
+    rows = np.arange(len(has_events))
     out: dict[str, list[int]] = {}
     if backend.kind == "gpu":
         stream = np.array([bool(_GPU_STREAM.match(n)) for n in name], dtype=bool)
@@ -111,7 +111,7 @@ def _lines_for_device(trace: Trace, backend: BackendInfo) -> dict[str, list[int]
 def device_activity(trace: Trace) -> DeviceActivity:
     """Busy intervals of every device of the trace's backend (empty for "unknown")."""
     backend = detect_backend(trace)
-    names = trace.events[S.NAME].cat.categories
+    names = trace.columns.event_names
     # Matched once per distinct name, then looked up per event of the work lines only.
     not_work: np.ndarray | None = None
     if backend.kind == "cpu":

@@ -35,17 +35,20 @@ class BackendInfo:
 
 def detect_backend(trace: Trace) -> BackendInfo:
     """Accelerator planes with events win; otherwise XLA CPU executions on host threads."""
-    planes = trace.planes
-    active = planes[planes[S.EVENT_COUNT] > 0]
+    c = trace.columns
+    plane_names = [c.plane_names[k] for k in c.planes[S.PLANE].tolist()]
+    events_per_plane = np.bincount(
+        c.lines[S.PLANE_ROW], weights=c.lines[S.EVENT_COUNT], minlength=len(plane_names)
+    )
     found: dict[str, list[str]] = {"TPU": [], "GPU": []}
-    for name in active[S.PLANE].astype(str):
+    for name, events in zip(plane_names, events_per_plane.tolist(), strict=True):
         m = _DEVICE_PLANE.match(name)
-        if m:
+        if m and events > 0:
             found[m.group(1)].append(name)
     for kind in ("TPU", "GPU"):
         devices = sorted(set(found[kind]), key=lambda n: int(n.rsplit(":", 1)[1]))
         if devices:
-            n_planes = len(planes[planes[S.PLANE].astype(str).str.match(_DEVICE_PLANE.pattern)])
+            n_planes = sum(1 for n in plane_names if _DEVICE_PLANE.match(n))
             return BackendInfo(
                 kind="tpu" if kind == "TPU" else "gpu",
                 devices=tuple(devices),
@@ -58,8 +61,7 @@ def detect_backend(trace: Trace) -> BackendInfo:
             devices=("cpu",),
             evidence=f"no device planes; XLA CPU executions on {len(xla_cpu)} host threads",
         )
-    names = trace.events[S.NAME].cat.categories
-    if any(N.INLINE_EXECUTE.match(str(n)) for n in names):
+    if any(N.INLINE_EXECUTE.match(n) for n in c.event_names):
         return BackendInfo(
             kind="cpu",
             devices=("cpu",),
@@ -81,22 +83,19 @@ def xla_cpu_line_rows(trace: Trace) -> np.ndarray:
     idle time: a host thread whose events carry ``hlo_module`` stats (a program's ops) and
     that dispatches no jitted call (not the Python thread, where tiny programs run inline).
     """
-    lines = trace.lines
-    on_host = lines[S.PLANE].astype(str).str.startswith("/host:").to_numpy()
-    has_events = lines[S.EVENT_COUNT].to_numpy() > 0
-    named = np.fromiter(
-        (N.XLA_CPU_LINE.match(str(n)) is not None for n in lines[S.LINE]), bool, len(lines)
-    )
-    stats = trace.event_stats
-    if len(stats) and N.HLO_MODULE in stats[S.STAT].cat.categories:
-        op_rows = stats.loc[stats[S.STAT] == N.HLO_MODULE, S.EVENT_ROW].to_numpy()
-        line_of_event = trace.events[S.LINE_ROW].to_numpy()
-        runs_ops = np.zeros(len(lines), dtype=bool)
+    c = trace.columns
+    n_lines = len(c.lines[S.LINE])
+    on_host = np.array([p.startswith("/host:") for p in c.plane_of_line()], dtype=bool)
+    has_events = c.lines[S.EVENT_COUNT] > 0
+    named = np.array([N.XLA_CPU_LINE.match(n) is not None for n in c.line_name()], dtype=bool)
+    op_rows = c.stat_rows(N.HLO_MODULE)["owner"]
+    if len(op_rows):
+        line_of_event = c.events[S.LINE_ROW]
+        runs_ops = np.zeros(n_lines, dtype=bool)
         runs_ops[np.unique(line_of_event[op_rows])] = True
         candidates = np.flatnonzero(runs_ops & ~named & on_host & has_events)
         for row in candidates.tolist():
             codes = np.unique(trace.line_events(row).codes)
-            names = trace.events[S.NAME].cat.categories[codes]
-            if not any(N.PJIT.match(str(n)) for n in names):
+            if not any(N.PJIT.match(c.event_names[k]) for k in codes.tolist()):
                 named[row] = True
-    return lines.index.to_numpy()[named & on_host & has_events]
+    return np.flatnonzero(named & on_host & has_events)

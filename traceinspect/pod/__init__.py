@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from traceinspect import schema as S
 from traceinspect.analysis.straggler import HostResult, PodAnalysis, analyze_pod
 from traceinspect.errors import AnalysisError, TraceInspectError, UsageError
@@ -99,14 +101,15 @@ def analyze_host(task: HostTask) -> HostResult:
             seconds=time.perf_counter() - started,
             **_from_sidecar(task.location),
         )
-    gaps = analysis.gaps
-    if len(gaps) > KEPT_GAPS:
-        gaps = gaps.loc[gaps[S.DURATION_NS].nlargest(KEPT_GAPS).index].sort_index()
+    gaps = analysis.gap_columns
+    if len(gaps[S.DURATION_NS]) > KEPT_GAPS:
+        keep = np.sort(analysis.longest_gaps(KEPT_GAPS))
+        gaps = {name: column[keep] for name, column in gaps.items()}
     return HostResult(
         host=task.host,
         location=task.location,
         file_bytes=task.size,
-        analysis=replace(analysis, gaps=gaps, timeline=None),
+        analysis=replace(analysis, gap_columns=gaps, timeline=None),
         seconds=time.perf_counter() - started,
     )
 

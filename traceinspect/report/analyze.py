@@ -70,16 +70,17 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
         frac = a.cause_fractions[cause]
         label = band(frac)
         out.append(f"  {cause:<8} {ms:>12,.2f} ms  {frac:6.1%} of step time  {label}".rstrip())
-    gaps = a.gaps.sort_values(S.DURATION_NS, ascending=False).head(top_gaps)
-    if len(gaps):
+    g = a.gap_columns
+    longest = a.longest_gaps(top_gaps)
+    if longest:
         out.append("")
-        out.append(f"Longest gaps (of {len(a.gaps)})")
-        for g in gaps.itertuples():
+        out.append(f"Longest gaps (of {len(g[S.DURATION_NS])})")
+        for i in longest:
             out.append(
-                f"  step {g.step:>4}  at {g.start_ms:10,.3f} ms  {g.duration_ns / 1e6:9,.3f} ms  "
-                f"{g.cause}"
+                f"  step {g[S.STEP][i]:>4}  at {g[S.START_MS][i]:10,.3f} ms  "
+                f"{g[S.DURATION_NS][i] / 1e6:9,.3f} ms  {g[S.CAUSE][i]}"
             )
-            for line in g.evidence:
+            for line in g[S.EVIDENCE][i]:
                 out.append(f"      {line}")
     out += findings_lines(a.findings)
     if a.recommendations:
