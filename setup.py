@@ -7,7 +7,7 @@ setup(
         Extension(
             "traceinspect.xplane._wire",
             sources=["traceinspect/xplane/_wire.c"],
-            extra_compile_args=["-O3", "-std=c99"],
+            extra_compile_args=["-O3", "-std=c11"],
             # A machine without a C compiler still installs; traceinspect then decodes
             # with protobuf (slower) and says so in `traceinspect info --json`.
             optional=True,

@@ -246,3 +246,71 @@ def test_progress_is_reported() -> None:
     data = _tricky_space().SerializeToString()
     _wire.decode(data, seen.append)
     assert seen and seen[-1] == len(data)
+
+
+@pytest.mark.parametrize("path", all_traces(), ids=lambda p: p.name)
+def test_decoding_without_the_gil_gives_the_same_columns(path: Path) -> None:
+    """``release_gil``: every string is made after the parse, from the same bytes."""
+    from traceinspect.xplane import _wire
+
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        free = typed(_wire.decode(m, None, release_every=mmap.PAGESIZE, release_gil=True))
+    assert_same(free, _wire_decode(path.read_bytes()))
+
+
+def _python_runs_during_decode(data: bytes, release_gil: bool) -> bool:
+    """Whether another thread ran Python in the middle half of one decode of ``data``."""
+    import threading
+    import time
+
+    from traceinspect.xplane import _wire
+
+    done = threading.Event()
+    ticks: list[float] = []
+
+    def count() -> None:
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        t0 = time.perf_counter()
+        _wire.decode(data, release_gil=release_gil)
+        t1 = time.perf_counter()
+    finally:
+        done.set()
+        counter.join()
+    quarter = (t1 - t0) / 4
+    return any(t0 + quarter < t < t1 - quarter for t in ticks)
+
+
+def test_decoding_without_the_gil_lets_python_run() -> None:
+    """While one thread decodes without the GIL, another runs Python (with the GIL held,
+    a thread switch can only happen before or after the call)."""
+    # Repeated XSpace fields are one XSpace (its planes, several times over).
+    data = _tricky_space().SerializeToString() * 20_000
+    assert _python_runs_during_decode(data, release_gil=True)
+    assert not _python_runs_during_decode(data, release_gil=False)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x0a\x05\x12\x03ab", b"\x0a\xff", b"\x07", b"\x0b\x0a"],
+    ids=["short-plane", "truncated-length", "wire-type-7", "open-group"],
+)
+def test_malformed_input_raises_without_the_gil_too(data: bytes) -> None:
+    from traceinspect.xplane import _wire
+
+    with pytest.raises(ValueError, match="malformed"):
+        _wire.decode(data, release_gil=True)
+
+
+def test_release_gil_refuses_a_progress_callback_and_writable_data() -> None:
+    from traceinspect.xplane import _wire
+
+    data = _tricky_space().SerializeToString()
+    with pytest.raises(ValueError, match="no progress"):
+        _wire.decode(data, print, release_gil=True)
+    with pytest.raises(ValueError, match="read-only"):
+        _wire.decode(bytearray(data), release_gil=True)

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_version", "errors", "schema", "vocabulary", "names", "sidecar"),  # base: names, errors
     ("xplane",),  # reading: files -> frames
-    ("trace", "intervals"),  # the trace model
+    ("trace", "intervals", "loading"),  # the trace model (read in the background: loading)
     ("backends",),  # device activity per layout
     ("analysis",),  # pure functions over the model
     (

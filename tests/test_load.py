@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xspace as X
 from traces import SAMPLES
@@ -150,3 +151,42 @@ def test_trace_with_zero_events(tmp_path: Path, decoder: str) -> None:
     path = X.write(xs, tmp_path / "empty.xplane.pb")
     with pytest.raises(EmptyTraceError, match=r"empty\.xplane\.pb: the trace holds no events"):
         traceinspect.load(path, decoder=decoder)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("decoder", ["c", "python"])
+def test_loading_in_the_background_gives_the_same_trace(tmp_path: Path, decoder: str) -> None:
+    """``load_in_background`` reads what ``load`` reads (here: two hosts, one gzipped)."""
+    from traceinspect.loading import load_in_background
+
+    host_b = tmp_path / "b.xplane.pb.gz"
+    host_b.write_bytes(gzip.compress(SAMPLES[1].read_bytes()))
+    run = _run(tmp_path / "logs", "r1", {"a": SAMPLE, "b": host_b})
+    loading = load_in_background(run, decoder=decoder, use_cache=False)  # type: ignore[arg-type]
+    background = loading.result()
+    here = traceinspect.load(run, decoder=decoder, use_cache=False)  # type: ignore[arg-type]
+    assert background.hosts == here.hosts == ["a", "b"]
+    assert background.load_info.decoder == decoder
+    a, b = background.columns, here.columns
+    for table in ("planes", "lines", "events", "aggregated", "metadata"):
+        for name, column in getattr(a, table).items():
+            np.testing.assert_array_equal(column, getattr(b, table)[name], err_msg=name)
+    for sink, columns in a.stats.items():
+        for name, column in columns.items():
+            np.testing.assert_array_equal(column, b.stats[sink][name], err_msg=sink)
+    assert (a.event_names, a.stat_names, a.str_values) == (
+        b.event_names,
+        b.stat_names,
+        b.str_values,
+    )
+
+
+def test_loading_in_the_background_raises_in_the_callers_thread(tmp_path: Path) -> None:
+    from traceinspect.loading import load_in_background
+
+    with pytest.raises(TraceNotFoundError):
+        load_in_background(tmp_path / "missing.xplane.pb")
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(SAMPLE.read_bytes()[:1000])
+    loading = load_in_background(bad, use_cache=False)
+    with pytest.raises(TraceDecodeError, match=r"bad\.xplane\.pb"):
+        loading.result()

@@ -19,7 +19,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+import traceinspect.loading
 import traceinspect.trace
+import traceinspect.xplane.reader
 from traceinspect.analysis.analyze import analyze
 from traceinspect.analysis.result import analysis_from_record, analysis_record
 from traceinspect.cli import main
@@ -63,15 +65,17 @@ def run(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every trace the CLI reads (a cached analysis reads none)."""
+    """Every trace the CLI reads (a cached analysis reads none), on the caller's thread
+    (``traceinspect.load``) or in the background (``traceinspect.loading``)."""
     seen: list[str] = []
-    real: Callable[..., Any] = traceinspect.trace.load
+    real: Callable[..., Any] = traceinspect.xplane.reader.read_run
 
-    def counting(path: Any, **kwargs: Any) -> Any:
-        seen.append(str(path))
-        return real(path, **kwargs)
+    def counting(located: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(located.requested))
+        return real(located, *args, **kwargs)
 
-    monkeypatch.setattr(traceinspect.trace, "load", counting)
+    monkeypatch.setattr(traceinspect.trace, "read_run", counting)
+    monkeypatch.setattr(traceinspect.loading, "read_run", counting)
     return seen
 
 

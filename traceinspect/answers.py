@@ -36,6 +36,8 @@ from traceinspect.xplane.locate import Located
 
 MAX_ANSWERS = 256
 _SUFFIX = ".answer.json"
+#: The stored analyses' files (:mod:`traceinspect.results`), under the same key.
+ANALYSIS_SUFFIX = ".analysis.npz"
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -85,6 +87,12 @@ def result_key(located: Located) -> tuple[str, dict[str, Any]] | None:
     }
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
     return digest, ident
+
+
+def analysis_path(located: Located) -> Path | None:
+    """Where the stored analysis of ``located``'s run would be (None: it has no key)."""
+    key = result_key(located)
+    return None if key is None else cache_dir() / f"{key[0]}{ANALYSIS_SUFFIX}"
 
 
 def _entry(located: Located, printed: str) -> tuple[Path, dict[str, Any]] | None:

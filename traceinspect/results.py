@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
-from traceinspect.answers import prune, result_key
+from traceinspect.answers import ANALYSIS_SUFFIX as _SUFFIX
+from traceinspect.answers import analysis_path, prune, result_key
 from traceinspect.xplane.cache import cache_dir
 from traceinspect.xplane.locate import Located
 
 MAX_ENTRIES = 64
-_SUFFIX = ".analysis.npz"
 _RECORD = "__record__"
 
 
@@ -36,11 +36,10 @@ def load(located: Located) -> Analysis | None:
     """The stored analysis of ``located``'s run, or None (not stored, changed since, or
     unreadable). Its ``path`` is the one asked for this time."""
     try:
-        key = result_key(located)
-        if key is None:
+        key, entry = result_key(located), analysis_path(located)
+        if key is None or entry is None:
             return None
-        digest, ident = key
-        entry = cache_dir() / f"{digest}{_SUFFIX}"
+        ident = key[1]
         with np.load(entry, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         record = json.loads(arrays.pop(_RECORD).tobytes().decode())

@@ -17,12 +17,12 @@ import numpy as np
 from traceinspect import schema as S
 from traceinspect.errors import EmptyTraceError, UsageError
 from traceinspect.sidecar import Sidecar, file_name, parse
-from traceinspect.xplane import cache, fs
+from traceinspect.xplane import fs
 from traceinspect.xplane.columns import Columns, merge_columns
 from traceinspect.xplane.fs import Location, URLPath
 from traceinspect.xplane.locate import Located, locate
 from traceinspect.xplane.raw import Raw, event_count
-from traceinspect.xplane.reader import DecoderName, decode_file, resolve_decoder
+from traceinspect.xplane.reader import DecoderName, read_run, resolve_decoder
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -478,31 +478,21 @@ def load(
     downloaded to a temporary file, decoded and deleted (a cached file is not downloaded).
     Raises a :class:`~traceinspect.errors.TraceInspectError` subclass naming the path when
     the input is missing, unreadable or empty.
+    (:func:`traceinspect.loading.load_in_background` reads one on another thread.)
     """
     t0 = time.perf_counter()
     # A Located (what locate() made of a path) is not looked up again.
     located = path if isinstance(path, Located) else locate(path, run)
     chosen = resolve_decoder(decoder)
+    raws, cached = read_run(located, chosen, use_cache, progress)
+    return trace_of(located, raws, chosen, cached, time.perf_counter() - t0)
+
+
+def trace_of(located: Located, raws: list[Raw], decoder: str, cached: int, seconds: float) -> Trace:
+    """The Trace of a run whose files were read (:func:`~traceinspect.xplane.reader.read_run`):
+    ``cached`` of them from the cache, in ``seconds`` so far."""
+    t0 = time.perf_counter()
     files = located.run.files
-    sizes = [f.size for f in files]
-    total = sum(sizes)
-    raws: list[Raw] = []
-    done = 0
-    cached = 0
-    for hf, size in zip(files, sizes, strict=True):
-        raw = cache.load(hf) if use_cache and size >= cache.MIN_BYTES else None
-        if raw is None:
-            base = done
-            cb = None if progress is None else (lambda n, b=base: progress(b + n, total))
-            started = time.perf_counter()
-            raw = decode_file(hf, chosen, cb)
-            slow = time.perf_counter() - started >= cache.MIN_DECODE_SECONDS
-            if use_cache and size >= cache.MIN_BYTES and slow:
-                cache.store(hf, raw)
-        else:
-            cached += 1
-        done += size
-        raws.append(raw)
     if sum(event_count(r) for r in raws) == 0:
         names = ", ".join(f.location for f in files)
         raise EmptyTraceError(
@@ -511,7 +501,10 @@ def load(
         )
     columns = merge_columns(raws, [f.host for f in files])
     info = LoadInfo(
-        decoder=chosen, seconds=time.perf_counter() - t0, bytes_read=total, cached_files=cached
+        decoder=decoder,
+        seconds=seconds + time.perf_counter() - t0,
+        bytes_read=sum(f.size for f in files),
+        cached_files=cached,
     )
     return Trace(columns=columns, located=located, load_info=info, sidecar=read_sidecar(located))
 

@@ -206,7 +206,7 @@ def attach_sync_sites(gaps: Table, host: HostActivity) -> None:
     blocking event's name); None for a gap whose period no read opened."""
     found: dict[int, str] = {}
     periods = gaps[S.PERIOD_START_NS]
-    for p0 in np.unique(periods[gaps[S.AFTER_SYNC]]).tolist():
+    for p0 in set(periods[gaps[S.AFTER_SYNC]].tolist()):
         read = host.read_ending_at(int(p0))
         if read is not None:
             found[int(p0)] = read[3] or read[0]

@@ -31,6 +31,7 @@ import numpy as np
 
 from traceinspect import names as N
 from traceinspect import schema as S
+from traceinspect.analysis.arrays import members
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents, thread_events
 from traceinspect.intervals import Intervals
@@ -97,7 +98,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
     if len(ids["owner"]) == 0:
         return None
     ev = c.events
-    on_work = np.isin(ev[S.LINE_ROW][ids["owner"]], work_rows)
+    on_work = members(ev[S.LINE_ROW][ids["owner"]], work_rows)
     id_rows, id_values = ids["owner"][on_work], ids[S.INT_VALUE][on_work]
     modules = c.stat_rows(N.HLO_MODULE)
     # Each id event's program, where the event names it (the first such stat).
@@ -113,11 +114,17 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
     # parts of a program on threads it does not trace, seen as hundreds of ms without an op
     # inside one MaxText step) take the program of their run id's ops, where only one
     # program has that id.
-    pairs = np.unique(np.stack((named_ids, named_modules.astype(np.int64))), axis=1)
-    id_of_pair = pairs[0]
-    one_program = np.flatnonzero(np.bincount(np.unique(id_of_pair, return_inverse=True)[1]) == 1)
-    single_ids = np.unique(id_of_pair)[one_program]
-    single_modules = pairs[1][np.searchsorted(id_of_pair, single_ids)]
+    by_id = np.lexsort((named_modules, named_ids))
+    ids_sorted, modules_sorted = named_ids[by_id], named_modules[by_id]
+    new_pair = np.r_[
+        True, (ids_sorted[1:] != ids_sorted[:-1]) | (modules_sorted[1:] != modules_sorted[:-1])
+    ]
+    id_of_pair, module_of_pair = ids_sorted[new_pair], modules_sorted[new_pair].astype(np.int64)
+    distinct_ids, first_pair, programs = np.unique(
+        id_of_pair, return_index=True, return_counts=True
+    )
+    single_ids = distinct_ids[programs == 1]
+    single_modules = module_of_pair[first_pair[programs == 1]]
     unnamed_ids = id_values[~named]
     k = np.minimum(np.searchsorted(single_ids, unnamed_ids), max(len(single_ids) - 1, 0))
     found = single_ids[k] == unnamed_ids if len(single_ids) else np.zeros(0, dtype=bool)
@@ -127,11 +134,11 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
     starts = ev[S.START_NS][rows]
     ends = starts + ev[S.DURATION_NS][rows]
     # Programs ordered by name, as the ids' programs are compared.
-    used = np.unique(module)
+    used, module_at = np.unique(module, return_inverse=True)
     names = c.strings(used)
     by_name = np.empty(len(used), dtype=np.int64)
     by_name[np.argsort(names.astype(str), kind="stable")] = np.arange(len(used))
-    module_rank = by_name[np.searchsorted(used, module)]
+    module_rank = by_name[module_at]
     # Each execution's work is the union of its events' time (ops of one execution overlap
     # on several threads): per execution, sorted by start, an op opens a new merged span when
     # it starts after every earlier op of that execution has ended.
@@ -213,7 +220,7 @@ def step_work(
     if len(positions) == 0:
         return None
     fn_of_name = np.full(len(main.names), None, dtype=object)
-    for code in np.unique(main.codes[positions]).tolist():
+    for code in set(main.codes[positions].tolist()):
         m = N.PJIT.match(str(main.names[code]))
         fn_of_name[code] = m.group("fn") if m else None
     call_starts, call_ends = main.starts[positions], main.end_at(positions)

@@ -51,7 +51,7 @@ def reads_behind(sync_events: Reads, work: StepWork, steps: Steps) -> ReadsBehin
     behind[ok] = latest[k[ok]] > ends[ok]
     step_of = np.searchsorted(steps.starts, starts[behind], side="right") - 1
     per_step = np.bincount(step_of, weights=(ends - starts)[behind], minlength=len(steps))
-    waited = per_step[np.unique(step_of)]
+    waited = per_step[np.bincount(step_of, minlength=len(steps)) > 0]
     return ReadsBehind(
         reads=len(starts),
         behind=int(behind.sum()),

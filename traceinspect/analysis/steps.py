@@ -25,6 +25,7 @@ import numpy as np
 
 from traceinspect import names as N
 from traceinspect import schema as S
+from traceinspect.analysis.arrays import most_common
 from traceinspect.trace import Trace
 
 
@@ -74,13 +75,6 @@ def _windows(
         dropped=int((~complete).sum()),
         marker_names=marker_names,
     )
-
-
-def most_common(values: np.ndarray) -> int:
-    """The value occurring most often (of equals, the first to occur)."""
-    distinct, first, counts = np.unique(values, return_index=True, return_counts=True)
-    best = np.flatnonzero(counts == counts.max())
-    return int(distinct[best[np.argmin(first[best])]])
 
 
 def _events(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,10 +160,10 @@ def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
 def _group_ids(trace: Trace, lo: int, hi: int) -> Steps | None:
     groups = trace.columns.stat_rows(N.GROUP_ID)
     ids = groups[S.INT_VALUE]
-    if len(np.unique(ids)) < 2:
+    distinct, group = np.unique(ids, return_inverse=True)
+    if len(distinct) < 2:
         return None
     starts, ends, _ = _events(trace, groups["owner"])
-    distinct, group = np.unique(ids, return_inverse=True)
     first = np.full(len(distinct), np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(len(distinct), np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(first, group, starts)

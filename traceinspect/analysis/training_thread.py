@@ -30,7 +30,8 @@ import numpy as np
 
 from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.analysis.steps import Steps, most_common
+from traceinspect.analysis.arrays import members, most_common
+from traceinspect.analysis.steps import Steps
 from traceinspect.intervals import Intervals
 from traceinspect.trace import LineEvents, Trace, category_codes
 
@@ -433,7 +434,7 @@ def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarr
     def first_per_pair(stat: str) -> dict[int, int]:
         """Pair id -> the first of ``awaits`` carrying it as ``stat``."""
         rows = c.stat_rows(stat)
-        mine = np.isin(rows["owner"], awaits)
+        mine = members(rows["owner"], awaits)
         out: dict[int, int] = {}
         for pair, row in zip(
             rows[S.INT_VALUE][mine].tolist(), rows["owner"][mine].tolist(), strict=True
@@ -457,7 +458,7 @@ def _sync_labels(trace: Trace, rows: np.ndarray) -> list[str]:
     (``traceinspect/host_read (__float__)``)."""
     c = trace.columns
     kinds = c.stat_rows("kind")
-    mine = np.isin(kinds["owner"], rows)
+    mine = members(kinds["owner"], rows)
     kind_of: dict[int, str] = {}
     strings = c.strings(kinds[S.STR_VALUE][mine])
     for row, kind in zip(kinds["owner"][mine].tolist(), strings, strict=True):

@@ -91,11 +91,10 @@ def xla_cpu_line_rows(trace: Trace) -> np.ndarray:
     op_rows = c.stat_rows(N.HLO_MODULE)["owner"]
     if len(op_rows):
         line_of_event = c.events[S.LINE_ROW]
-        runs_ops = np.zeros(n_lines, dtype=bool)
-        runs_ops[np.unique(line_of_event[op_rows])] = True
+        runs_ops = np.bincount(line_of_event[op_rows], minlength=n_lines) > 0
         candidates = np.flatnonzero(runs_ops & ~named & on_host & has_events)
         for row in candidates.tolist():
-            codes = np.unique(trace.line_events(row).codes)
+            codes = np.flatnonzero(np.bincount(trace.line_events(row).codes))
             if not any(N.PJIT.match(c.event_names[k]) for k in codes.tolist()):
                 named[row] = True
     return np.flatnonzero(named & on_host & has_events)

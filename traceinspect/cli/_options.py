@@ -47,6 +47,24 @@ class TraceRequest:
             show_progress=self.show_progress,
         )
 
+    def start_load(self, located: Located) -> Callable[[], Any]:
+        """Begin reading the trace; the function returned waits for it. With no progress
+        line to draw (stderr not a terminal, ``-q``, ``--json``), the file decodes on
+        another thread while the command imports what it needs meanwhile
+        (:func:`~traceinspect.trace.load_in_background`); else as :meth:`load`."""
+        if StatusLine.on_stderr(quiet=self.quiet or not self.show_progress).enabled:
+            return lambda: self.load(located)
+        from traceinspect.loading import load_in_background
+
+        loading = load_in_background(located, decoder=self.decoder, use_cache=not self.no_cache)
+
+        def finish() -> Any:
+            trace = loading.result()
+            note_newest_run(trace.located, self.path, self.quiet)
+            return trace
+
+        return finish
+
 
 def trace_input(func: F) -> F:
     """PATH plus the options that say how to read it, passed on as ``request``."""

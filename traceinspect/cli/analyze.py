@@ -153,18 +153,24 @@ def _one_host_analysis(request: TraceRequest, located: Located) -> tuple[Analysi
     """The analysis of one host's trace: the stored one when the trace (and its sidecar)
     did not change since it was made, else made now from the trace (and stored); the
     trace too when it was read."""
-    from traceinspect import results
+    from traceinspect import answers
 
-    if not request.no_cache:
+    if not request.no_cache and (kept := answers.analysis_path(located)) and kept.exists():
+        from traceinspect import results
+
         stored = results.load(located)
         if stored is not None:
             note_newest_run(located, request.path, request.quiet)
             return stored, None
+    # The file decodes (without the GIL) while numpy and the analysis are imported.
+    finish_loading = request.start_load(located)
     from traceinspect.analysis.analyze import analyze as run_analysis
 
-    trace = request.load(located)
+    trace = finish_loading()
     result = run_analysis(trace)
     if not request.no_cache:
+        from traceinspect import results
+
         results.store(located, result)
     return result, trace
 

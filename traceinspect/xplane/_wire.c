@@ -35,8 +35,42 @@
 #include <unistd.h>
 #endif
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ------------------------------------------------------------------------------------ */
+/* Errors. The decoding itself touches no Python object, so that it may run without the  */
+/* GIL (decode(..., release_gil=True): another thread imports or computes meanwhile): a  */
+/* failure is recorded here and raised once the GIL is held again (raise_pending).       */
+
+typedef struct {
+    PyObject *type; /* NULL: none; PyExc_MemoryError, PyExc_ValueError, ... */
+    char msg[160];
+} pending_error;
+
+static _Thread_local pending_error pending;
+
+static int set_error(PyObject *type, const char *msg) {
+    if (!pending.type) {
+        pending.type = type;
+        snprintf(pending.msg, sizeof(pending.msg), "%s", msg);
+    }
+    return -1;
+}
+
+static int no_memory(void) { return set_error(PyExc_MemoryError, ""); }
+
+/* Raise the recorded failure (GIL held); a Python error already set is kept. */
+static void raise_pending(void) {
+    if (pending.type && !PyErr_Occurred()) {
+        if (pending.type == PyExc_MemoryError)
+            PyErr_NoMemory();
+        else
+            PyErr_SetString(pending.type, pending.msg);
+    }
+    pending.type = NULL;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* Column: a malloc'ed byte block handed to Python without a copy.                       */
@@ -98,10 +132,7 @@ static int vec_reserve(vec *v, size_t want) {
     }
 #endif
     if (!nd) nd = realloc(v->d, nbytes);
-    if (!nd) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!nd) return no_memory();
     v->d = nd;
     v->cap = nc;
     return 0;
@@ -153,9 +184,10 @@ typedef struct {
 } field;
 
 static int fail_at(const wctx *w, const uint8_t *at, const char *what) {
-    PyErr_Format(PyExc_ValueError, "malformed protobuf at byte %zd: %s",
-                 (Py_ssize_t)(at - w->base), what);
-    return -1;
+    char msg[sizeof(pending.msg)];
+    snprintf(msg, sizeof(msg), "malformed protobuf at byte %zd: %s",
+             (Py_ssize_t)(at - w->base), what);
+    return set_error(PyExc_ValueError, msg);
 }
 
 static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *end,
@@ -196,6 +228,34 @@ static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *
 /* Names may be absent (NULL, 0) and need not be valid UTF-8: keep every byte. */
 static inline PyObject *decode_str(const uint8_t *p, size_t len) {
     return PyUnicode_DecodeUTF8(p ? (const char *)p : "", (Py_ssize_t)len, "surrogateescape");
+}
+
+/* A string of the input, made a Python str only at the end (with the GIL). */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+} strref;
+
+static int push_str(vec *v, const uint8_t *p, size_t len) {
+    strref ref = {p, len};
+    VEC_PUSH(*v, strref, ref);
+    return 0;
+}
+
+/* The strings of v as a new list (GIL held). */
+static PyObject *str_list(const vec *v) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        const strref *r = &VEC_AT(*v, strref, i);
+        PyObject *s = decode_str(r->p, r->len);
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
 }
 
 static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uint32_t num,
@@ -284,7 +344,7 @@ typedef struct {
 typedef struct {
     slot *slots;
     size_t cap, n;
-    PyObject *list; /* code -> str */
+    vec refs; /* code -> strref (the bytes, in the input) */
 } strtab;
 
 static inline uint64_t hash_bytes(const char *p, Py_ssize_t len) {
@@ -300,27 +360,21 @@ static int strtab_init(strtab *t) {
     t->cap = 1024;
     t->n = 0;
     t->slots = calloc(t->cap, sizeof(slot));
-    t->list = PyList_New(0);
-    if (!t->slots || !t->list) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    t->refs.esz = sizeof(strref);
+    if (!t->slots) return no_memory();
     return 0;
 }
 
 static void strtab_free(strtab *t) {
     free(t->slots);
     t->slots = NULL;
-    Py_CLEAR(t->list);
+    vec_free(&t->refs);
 }
 
 static int strtab_grow(strtab *t) {
     size_t nc = t->cap * 2;
     slot *ns = calloc(nc, sizeof(slot));
-    if (!ns) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!ns) return no_memory();
     for (size_t i = 0; i < t->cap; i++) {
         slot *s = &t->slots[i];
         if (!s->p) continue;
@@ -345,11 +399,8 @@ static int32_t strtab_intern(strtab *t, const char *p, Py_ssize_t len) {
         if (s->len == len && memcmp(s->p, p, (size_t)len) == 0) return s->code;
         j = (j + 1) & mask;
     }
-    PyObject *str = PyUnicode_DecodeUTF8(p, len, "surrogateescape");
-    if (!str) return -1;
-    int rc = PyList_Append(t->list, str);
-    Py_DECREF(str);
-    if (rc < 0) return -1;
+    strref ref = {(const uint8_t *)p, (size_t)len};
+    VEC_PUSH(t->refs, strref, ref);
     int32_t code = (int32_t)t->n++;
     t->slots[j].p = p;
     t->slots[j].len = len;
@@ -423,8 +474,7 @@ static int idmap_build(idmap *m, const entry *e, size_t n, const int32_t *vals) 
     }
     return 0;
 nomem:
-    PyErr_NoMemory();
-    return -1;
+    return no_memory();
 }
 
 static inline int32_t idmap_get(const idmap *m, int64_t id) {
@@ -454,18 +504,18 @@ typedef struct {
     strtab event_names, stat_names, str_values;
     /* planes */
     vec plane_xid;
-    PyObject *plane_names;
+    vec plane_names; /* strref */
     /* lines */
     vec line_plane, line_id, line_ts, line_dur, line_display_id, line_count;
     vec line_events, line_first, line_last; /* per line: timed events and their span */
-    PyObject *line_names, *line_display_names;
+    vec line_names, line_display_names; /* strref */
     /* events (preallocated from the index pass) */
     vec ev_line, ev_name, ev_start, ev_dur;
     /* aggregated events (num_occurrences instead of offset_ps) */
     vec ag_line, ag_name, ag_count, ag_dur;
     /* event metadata rows */
     vec md_plane, md_id, md_name;
-    PyObject *md_display_names;
+    vec md_display_names; /* strref */
     sink ev_stats, ag_stats, plane_stats, md_stats;
     /* per-plane tables */
     idmap stat_map, meta_map;
@@ -473,9 +523,10 @@ typedef struct {
     vec statmd_ref;   /* local stat metadata index -> str_values code, -1 until used */
     vec statmd_span;  /* local stat metadata index -> entry with the name span */
     int32_t empty_event_name, empty_stat_name, empty_str_value;
-    /* progress */
+    /* progress (never called without the GIL: decode refuses both) */
     PyObject *progress;
     size_t since_progress;
+    int nogil;
     /* releasing the mapped input behind the event pass (UINTPTR_MAX: never) */
     uintptr_t release_next, released, release_every, page;
 } state;
@@ -649,18 +700,9 @@ static int index_line(state *st, int32_t plane_row, const uint8_t *p, const uint
     VEC_PUSH(st->line_dur, int64_t, dur);
     VEC_PUSH(st->line_display_id, int64_t, display_id);
     VEC_PUSH(st->line_count, int64_t, count);
-    PyObject *s = decode_str(name, name_len);
-    if (!s || PyList_Append(st->line_names, s) < 0) {
-        Py_XDECREF(s);
+    if (push_str(&st->line_names, name, name_len) < 0 ||
+        push_str(&st->line_display_names, dname, dname_len) < 0)
         return -1;
-    }
-    Py_DECREF(s);
-    s = decode_str(dname, dname_len);
-    if (!s || PyList_Append(st->line_display_names, s) < 0) {
-        Py_XDECREF(s);
-        return -1;
-    }
-    Py_DECREF(s);
     *total_events += (size_t)count;
     return 0;
 }
@@ -685,13 +727,7 @@ static int index_plane(state *st, int32_t plane_row, const uint8_t *p, const uin
     }
     if (r < 0) return -1;
     VEC_PUSH(st->plane_xid, int64_t, xid);
-    PyObject *s = decode_str(name, name_len);
-    if (!s || PyList_Append(st->plane_names, s) < 0) {
-        Py_XDECREF(s);
-        return -1;
-    }
-    Py_DECREF(s);
-    return 0;
+    return push_str(&st->plane_names, name, name_len);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -699,6 +735,7 @@ static int index_plane(state *st, int32_t plane_row, const uint8_t *p, const uin
 
 static int report_progress(state *st, const uint8_t *at) {
     st->since_progress = 0;
+    if (st->nogil) return 0;
     if (PyErr_CheckSignals() < 0) return -1;
     if (st->progress && st->progress != Py_None) {
         PyObject *res =
@@ -879,10 +916,7 @@ static int build_stat_metadata(state *st, vec *entries) {
         vec_reserve(&st->statmd_span, n) < 0)
         return -1;
     int32_t *vals = malloc((n ? n : 1) * sizeof(int32_t));
-    if (!vals) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!vals) return no_memory();
     for (size_t i = 0; i < n; i++) {
         const entry *e = &VEC_AT(*entries, entry, i);
         const uint8_t *p = e->data, *end = e->data ? e->data + e->len : NULL;
@@ -918,10 +952,7 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
     if (check_entries(w, entries, 5) < 0) return -1; /* 5: stats, XStat messages */
     size_t n = dedupe_entries((entry *)entries->d, entries->n);
     int32_t *vals = malloc((n ? n : 1) * sizeof(int32_t));
-    if (!vals) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!vals) return no_memory();
     for (size_t i = 0; i < n; i++) {
         const entry *e = &VEC_AT(*entries, entry, i);
         int32_t row = (int32_t)st->md_plane.n;
@@ -942,14 +973,10 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
         }
         int32_t code = -1;
         if (r >= 0) code = strtab_intern(&st->event_names, (const char *)name, (Py_ssize_t)name_len);
-        PyObject *s = code < 0 ? NULL
-                               : decode_str(dname, dname_len);
-        if (!s || PyList_Append(st->md_display_names, s) < 0) {
-            Py_XDECREF(s);
+        if (code < 0 || push_str(&st->md_display_names, dname, dname_len) < 0) {
             free(vals);
             return -1;
         }
-        Py_DECREF(s);
         if (vec_reserve(&st->md_plane, st->md_plane.n + 1) < 0 ||
             vec_reserve(&st->md_id, st->md_id.n + 1) < 0 ||
             vec_reserve(&st->md_name, st->md_name.n + 1) < 0) {
@@ -1069,14 +1096,6 @@ done:
 /* ------------------------------------------------------------------------------------ */
 /* Entry point.                                                                           */
 
-static int append_str(PyObject *list, const uint8_t *p, size_t len) {
-    PyObject *s = decode_str(p, len);
-    if (!s) return -1;
-    int rc = PyList_Append(list, s);
-    Py_DECREF(s);
-    return rc;
-}
-
 static int put(PyObject *d, const char *key, PyObject *value) {
     if (!value) return -1;
     int rc = PyDict_SetItemString(d, key, value);
@@ -1118,18 +1137,19 @@ static void state_free(state *st) {
     sink_free(&st->md_stats);
     idmap_free(&st->stat_map);
     idmap_free(&st->meta_map);
-    Py_CLEAR(st->plane_names);
-    Py_CLEAR(st->line_names);
-    Py_CLEAR(st->line_display_names);
-    Py_CLEAR(st->md_display_names);
+    vec_free(&st->plane_names);
+    vec_free(&st->line_names);
+    vec_free(&st->line_display_names);
+    vec_free(&st->md_display_names);
 }
 
 static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
-                              size_t release_every) {
+                              size_t release_every, int nogil) {
     state st;
     memset(&st, 0, sizeof(st));
     st.w.base = buf;
     st.progress = progress;
+    st.nogil = nogil;
     st.release_next = UINTPTR_MAX;
 #ifdef MADV_DONTNEED
     if (release_every > 0) {
@@ -1159,21 +1179,17 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     sink_init(&st.ag_stats);
     sink_init(&st.plane_stats);
     sink_init(&st.md_stats);
+    st.plane_names.esz = st.line_names.esz = st.line_display_names.esz =
+        st.md_display_names.esz = sizeof(strref);
 
-    PyObject *result = NULL, *hostnames = NULL, *errors = NULL, *warnings = NULL;
+    PyObject *result = NULL;
+    vec hostnames = {NULL, 0, 0, sizeof(strref)}, errors = hostnames, warnings = hostnames;
     vec planes = {NULL, 0, 0, sizeof(entry)};
+    pending.type = NULL;
+    /* From here to the result, no Python object is touched (see pending_error). */
+    PyThreadState *released = nogil ? PyEval_SaveThread() : NULL;
     if (strtab_init(&st.event_names) < 0 || strtab_init(&st.stat_names) < 0 ||
         strtab_init(&st.str_values) < 0)
-        goto fail;
-    st.plane_names = PyList_New(0);
-    st.line_names = PyList_New(0);
-    st.line_display_names = PyList_New(0);
-    st.md_display_names = PyList_New(0);
-    hostnames = PyList_New(0);
-    errors = PyList_New(0);
-    warnings = PyList_New(0);
-    if (!st.plane_names || !st.line_names || !st.line_display_names ||
-        !st.md_display_names || !hostnames || !errors || !warnings)
         goto fail;
 
     /* XSpace */
@@ -1187,8 +1203,8 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
             entry e = {0, 0, f.data, f.len};
             VEC_AT(planes, entry, planes.n++) = e;
         } else if (f.num == 2 || f.num == 3 || f.num == 4) {
-            PyObject *list = f.num == 2 ? errors : f.num == 3 ? warnings : hostnames;
-            if (append_str(list, f.data, f.len) < 0) goto fail;
+            vec *list = f.num == 2 ? &errors : f.num == 3 ? &warnings : &hostnames;
+            if (push_str(list, f.data, f.len) < 0) goto fail;
         }
     }
     if (r < 0) goto fail;
@@ -1199,7 +1215,7 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
         if (index_plane(&st, (int32_t)i, e->data, e->data + e->len, &total) < 0) goto fail;
     }
     if (total > (size_t)INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "more than 2**31 events in one file");
+        set_error(PyExc_OverflowError, "more than 2**31 events in one file");
         goto fail;
     }
     if (vec_reserve(&st.ev_line, total) < 0 || vec_reserve(&st.ev_name, total) < 0 ||
@@ -1212,6 +1228,10 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
         if (fill_plane(&st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) goto fail;
     }
     if (report_progress(&st, end) < 0) goto fail;
+    if (released) {
+        PyEval_RestoreThread(released);
+        released = NULL;
+    }
 
     result = PyDict_New();
     if (!result) goto fail;
@@ -1221,28 +1241,16 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     if (!sub) goto fail;                                           \
     if (put(result, name, sub) < 0) goto fail;                     \
     __VA_ARGS__
-    if (put(result, "hostnames", hostnames) < 0) {
-        hostnames = NULL;
-        goto fail;
-    }
-    hostnames = NULL;
-    if (put(result, "errors", errors) < 0) {
-        errors = NULL;
-        goto fail;
-    }
-    errors = NULL;
-    if (put(result, "warnings", warnings) < 0) {
-        warnings = NULL;
-        goto fail;
-    }
-    warnings = NULL;
-    if (PyDict_SetItemString(result, "event_names", st.event_names.list) < 0 ||
-        PyDict_SetItemString(result, "stat_names", st.stat_names.list) < 0 ||
-        PyDict_SetItemString(result, "str_values", st.str_values.list) < 0 ||
-        PyDict_SetItemString(result, "plane_names", st.plane_names) < 0 ||
-        PyDict_SetItemString(result, "line_names", st.line_names) < 0 ||
-        PyDict_SetItemString(result, "line_display_names", st.line_display_names) < 0 ||
-        PyDict_SetItemString(result, "metadata_display_names", st.md_display_names) < 0)
+    if (put(result, "hostnames", str_list(&hostnames)) < 0 ||
+        put(result, "errors", str_list(&errors)) < 0 ||
+        put(result, "warnings", str_list(&warnings)) < 0 ||
+        put(result, "event_names", str_list(&st.event_names.refs)) < 0 ||
+        put(result, "stat_names", str_list(&st.stat_names.refs)) < 0 ||
+        put(result, "str_values", str_list(&st.str_values.refs)) < 0 ||
+        put(result, "plane_names", str_list(&st.plane_names)) < 0 ||
+        put(result, "line_names", str_list(&st.line_names)) < 0 ||
+        put(result, "line_display_names", str_list(&st.line_display_names)) < 0 ||
+        put(result, "metadata_display_names", str_list(&st.md_display_names)) < 0)
         goto fail;
     {
         PUT_DICT("planes", if (put_column(sub, "xplane_id", &st.plane_xid) < 0) goto fail;)
@@ -1282,15 +1290,20 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
         put_sink(result, "metadata_stats", &st.md_stats) < 0)
         goto fail;
     vec_free(&planes);
+    vec_free(&hostnames);
+    vec_free(&errors);
+    vec_free(&warnings);
     state_free(&st);
     return result;
 
 fail:
+    if (released) PyEval_RestoreThread(released);
+    raise_pending();
     Py_XDECREF(result);
-    Py_XDECREF(hostnames);
-    Py_XDECREF(errors);
-    Py_XDECREF(warnings);
     vec_free(&planes);
+    vec_free(&hostnames);
+    vec_free(&errors);
+    vec_free(&warnings);
     state_free(&st);
     return NULL;
 }
@@ -1299,13 +1312,20 @@ static PyObject *mmap_type; /* mmap.mmap */
 
 static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "progress", "release_every", NULL};
+    static char *kwlist[] = {"data", "progress", "release_every", "release_gil", NULL};
     Py_buffer view;
     PyObject *progress = Py_None;
     Py_ssize_t release_every = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$n:decode", kwlist, &view, &progress,
-                                     &release_every))
+    int release_gil = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$np:decode", kwlist, &view, &progress,
+                                     &release_every, &release_gil))
         return NULL;
+    if (release_gil && (progress != Py_None || !view.readonly)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError,
+                        "release_gil needs read-only data and no progress callback");
+        return NULL;
+    }
     /* A read-only mmap is a mapping of a file (or of shared or untouched anonymous
      * memory): dropping its pages never changes what it reads. */
     int mapped = view.readonly && view.obj &&
@@ -1317,20 +1337,21 @@ static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
         return NULL;
     }
     if (release_every > view.len) release_every = view.len; /* no pointer overflow */
-    PyObject *result =
-        decode_space((const uint8_t *)view.buf, (size_t)view.len, progress, (size_t)release_every);
+    PyObject *result = decode_space((const uint8_t *)view.buf, (size_t)view.len, progress,
+                                    (size_t)release_every, release_gil);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef wire_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))wire_decode, METH_VARARGS | METH_KEYWORDS,
-     "decode(data, progress=None, *, release_every=0) -> dict\n\n"
+     "decode(data, progress=None, *, release_every=0, release_gil=False) -> dict\n\n"
      "Decode serialized XSpace bytes into columns. progress(bytes_done) is called\n"
      "about every million events. With release_every > 0, data must be a read-only\n"
      "mmap.mmap: every release_every bytes, the event pass drops the pages it has\n"
-     "decoded from this process's memory (they stay in the page cache). Raises\n"
-     "ValueError on malformed input."},
+     "decoded from this process's memory (they stay in the page cache). With\n"
+     "release_gil, other threads run Python while it decodes (read-only data, no\n"
+     "progress callback: it cannot be interrupted). Raises ValueError on malformed input."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,9 +40,12 @@ def decode(
     progress: Callable[[int], object] | None = None,
     *,
     release_every: int = 0,
+    release_gil: bool = False,
 ) -> Decoded:
     """Decode serialized XSpace bytes into columns. ``progress(bytes_done)`` is called about
     every million events. With ``release_every > 0``, ``data`` must be a read-only
     ``mmap.mmap``: every ``release_every`` bytes (and after each plane) the pages already
-    decoded leave this process's memory (they stay in the page cache). Raises
-    ``ValueError`` on malformed input."""
+    decoded leave this process's memory (they stay in the page cache). With
+    ``release_gil``, other threads run Python while it decodes (``data`` read-only, no
+    ``progress``: it cannot be interrupted then). Raises ``ValueError`` on malformed
+    input."""

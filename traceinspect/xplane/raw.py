@@ -9,9 +9,10 @@ named here, without copying, but for the events' name codes (see :func:`typed`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _STATS = {
     "owner": "<i4",
@@ -66,6 +67,8 @@ def typed(raw: Mapping[str, Any]) -> Raw:
     codes in (:func:`code_dtype`). The frames would copy them so anyway; done here, the
     decoder's 4-byte column is freed before the frames are built, which was the peak of
     reading a file (22 MiB of the 89 MB capture's 269 MiB)."""
+    import numpy as np  # here: a file may decode (on another thread) while numpy loads
+
     out: Raw = {key: raw[key] for key in LISTS}
     for group, columns in DTYPES.items():
         out[group] = {
@@ -78,6 +81,8 @@ def typed(raw: Mapping[str, Any]) -> Raw:
 
 def code_dtype(n_categories: int) -> np.dtype[Any]:
     """The integer dtype pandas stores codes of ``n_categories`` categories in."""
+    import numpy as np
+
     for dtype in (np.int8, np.int16, np.int32):
         if n_categories < np.iinfo(dtype).max:
             return np.dtype(dtype)

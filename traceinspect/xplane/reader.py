@@ -9,14 +9,15 @@ from __future__ import annotations
 import gzip
 import mmap
 import os
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from traceinspect.errors import TraceDecodeError, UsageError
-from traceinspect.xplane import fs
-from traceinspect.xplane.locate import HostFile
+from traceinspect.xplane import cache, fs
+from traceinspect.xplane.locate import HostFile, Located
 from traceinspect.xplane.raw import Raw, typed
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ except ImportError:  # not built: no compiler at install time
 
 DecoderName = Literal["auto", "c", "python"]
 Progress = Callable[[int], object]
+#: ``progress(done_bytes, total_bytes)``, called while a run's files are decoded.
+RunProgress = Callable[[int, int], object]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -71,28 +74,81 @@ def _hint(head: bytes) -> str:
 
 
 def _decode(
-    data: Any, decoder: Literal["c", "python"], progress: Progress | None, release: bool
+    data: Any,
+    decoder: Literal["c", "python"],
+    progress: Progress | None,
+    release: bool,
+    release_gil: bool = False,
 ) -> Any:
     if decoder == "c":
         assert _compiled_decode is not None
-        return _compiled_decode(data, progress, release_every=RELEASE_EVERY if release else 0)
+        return _compiled_decode(
+            data,
+            progress,
+            release_every=RELEASE_EVERY if release else 0,
+            release_gil=release_gil and progress is None,
+        )
     # Imported here: it brings protobuf, which the compiled decoder never needs.
     from traceinspect.xplane import pydecode
 
     return pydecode.decode(data, progress)
 
 
+def read_run(
+    located: Located,
+    decoder: Literal["c", "python"],
+    use_cache: bool = True,
+    progress: RunProgress | None = None,
+    *,
+    release_gil: bool = False,
+) -> tuple[list[Raw], int]:
+    """Every host file of the run, decoded, or read from the cache of decoded files
+    (kept for large files that took a while to decode): the decoded columns, and how many
+    came from the cache. ``release_gil``: see :func:`decode_file`."""
+    files = located.run.files
+    sizes = [f.size for f in files]
+    total = sum(sizes)
+    raws: list[Raw] = []
+    done = 0
+    cached = 0
+    for hf, size in zip(files, sizes, strict=True):
+        raw = cache.load(hf) if use_cache and size >= cache.MIN_BYTES else None
+        if raw is None:
+            base = done
+            cb = None if progress is None else (lambda n, b=base: progress(b + n, total))
+            started = time.perf_counter()
+            raw = decode_file(hf, decoder, cb, release_gil=release_gil)
+            slow = time.perf_counter() - started >= cache.MIN_DECODE_SECONDS
+            if use_cache and size >= cache.MIN_BYTES and slow:
+                cache.store(hf, raw)
+        else:
+            cached += 1
+        done += size
+        raws.append(raw)
+    return raws, cached
+
+
 def decode_file(
-    hf: HostFile, decoder: Literal["c", "python"], progress: Progress | None = None
+    hf: HostFile,
+    decoder: Literal["c", "python"],
+    progress: Progress | None = None,
+    *,
+    release_gil: bool = False,
 ) -> Raw:
     """Decode one host file, fetched to a temporary file first when it is behind a URL.
-    Raises :class:`TraceDecodeError` naming the file (the URL, never the temporary copy)."""
+    Raises :class:`TraceDecodeError` naming the file (the URL, never the temporary copy).
+    ``release_gil``: the compiled decoder lets other threads run Python meanwhile (without
+    ``progress``, which it cannot call then)."""
     with fs.fetched(hf.path) as local:
-        return _decode_local(local, hf.location, decoder, progress)
+        return _decode_local(local, hf.location, decoder, progress, release_gil)
 
 
 def _decode_local(
-    path: Path, name: str, decoder: Literal["c", "python"], progress: Progress | None
+    path: Path,
+    name: str,
+    decoder: Literal["c", "python"],
+    progress: Progress | None,
+    release_gil: bool = False,
 ) -> Raw:
     try:
         size = path.stat().st_size
@@ -107,12 +163,12 @@ def _decode_local(
                 fh.seek(0)
                 with gzip.GzipFile(fileobj=fh) as gz:
                     data: Any = gz.read()
-                return _checked(name, data, decoder, progress, release=False)
+                return _checked(name, data, decoder, progress, False, release_gil)
             # Mapped, not read: decoded columns never point into the file, so the compiled
             # decoder drops the pages it has decoded as it goes (every RELEASE_EVERY bytes
             # of events and after each plane).
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _checked(name, mapped, decoder, progress, release=True)
+                return _checked(name, mapped, decoder, progress, True, release_gil)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceDecodeError(
             f"{name}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
@@ -125,10 +181,15 @@ def _decode_local(
 
 
 def _checked(
-    name: str, data: Any, decoder: Literal["c", "python"], progress: Progress | None, release: bool
+    name: str,
+    data: Any,
+    decoder: Literal["c", "python"],
+    progress: Progress | None,
+    release: bool,
+    release_gil: bool = False,
 ) -> Raw:
     try:
-        return typed(_decode(data, decoder, progress, release))
+        return typed(_decode(data, decoder, progress, release, release_gil))
     except (ValueError, OverflowError) as exc:
         raise TraceDecodeError(
             f"{name}: not a readable XPlane trace ({exc}).{_hint(bytes(data[:64]))} If "
