@@ -1,4 +1,4 @@
-"""Trace: the frames of one profiling run, and the lookups a notebook user wants."""
+"""Trace: the columns and frames of one profiling run, and the lookups a notebook user wants."""
 
 from __future__ import annotations
 
@@ -49,12 +49,13 @@ class LoadInfo:
 @dataclass(frozen=True, eq=False)
 class LineEvents:
     """The events of one line as plain arrays, in order of their start: what an analysis
-    of millions of events reads without copying the frame.
+    of millions of events reads without copying them.
 
-    The arrays are views of the events frame's columns when the line's events are stored
-    in start order (as profilers write them); otherwise sorted copies, with ``order``
-    giving each position's place among the line's stored rows. Names are category codes of
-    ``trace.events[NAME]`` (``names``).
+    The arrays are views of the events' columns (:attr:`Trace.columns`, which the events
+    frame shares) when the line's events are stored in start order (as profilers write
+    them); otherwise sorted copies, with ``order`` giving each position's place among the
+    line's stored rows. Names are codes into ``names``, the categories of
+    ``trace.events[NAME]``.
     """
 
     line_row: int
@@ -221,7 +222,7 @@ class Trace:
 
     def line_events(self, line_row: int) -> LineEvents:
         """The events of line ``line_row`` as arrays sorted by start (views where the
-        frame stores them so, as it does for profilers' traces)."""
+        columns store them so, as they do for profilers' traces)."""
         ev = self.columns.events
         names = self.columns.event_names
         offsets = self._line_offsets
@@ -231,7 +232,7 @@ class Trace:
         if offsets[-1] != len(line_rows) or (
             hi > lo and not (line_rows[lo] == line_rows[hi - 1] == line_row)
         ):
-            # Not grouped by line (frames built otherwise): find the rows.
+            # Not grouped by line (columns built otherwise): find the rows.
             stored = np.flatnonzero(line_rows == line_row)
             lo = 0
         pick: slice | np.ndarray = slice(lo, hi) if stored is None else stored
