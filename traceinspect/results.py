@@ -24,7 +24,7 @@ import numpy as np
 
 from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
 from traceinspect.answers import ANALYSIS_SUFFIX as _SUFFIX
-from traceinspect.answers import analysis_path, prune, result_key
+from traceinspect.answers import prune, result_key
 from traceinspect.xplane.cache import cache_dir
 from traceinspect.xplane.locate import Located
 
@@ -36,10 +36,11 @@ def load(located: Located) -> Analysis | None:
     """The stored analysis of ``located``'s run, or None (not stored, changed since, or
     unreadable). Its ``path`` is the one asked for this time."""
     try:
-        key, entry = result_key(located), analysis_path(located)
-        if key is None or entry is None:
+        key = result_key(located)
+        if key is None:
             return None
-        ident = key[1]
+        digest, ident = key
+        entry = cache_dir() / f"{digest}{_SUFFIX}"
         with np.load(entry, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         record = json.loads(arrays.pop(_RECORD).tobytes().decode())

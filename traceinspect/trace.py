@@ -251,8 +251,6 @@ class Trace:
         if plane not in c.plane_names:
             return {}
         rows = np.flatnonzero(c.planes[S.PLANE] == c.plane_names.index(plane))
-        if len(rows) == 0:
-            return {}
         st = c.stats["plane_stats"]
         mine = np.flatnonzero(st["owner"] == rows[0])
         values = stat_values(

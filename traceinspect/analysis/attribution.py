@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from traceinspect import schema as S
+from traceinspect.analysis.arrays import longest_first
 from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity
@@ -193,11 +194,6 @@ def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_n
         found[row] = evidence(g, host, bool(after_sync[row]), input_bound)
     gaps[S.EVIDENCE] = found
     gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
-
-
-def longest_first(durations: np.ndarray) -> np.ndarray:
-    """Positions by duration, longest first (of equals, the earlier first)."""
-    return np.argsort(-durations, kind="stable")
 
 
 def attach_sync_sites(gaps: Table, host: HostActivity) -> None:

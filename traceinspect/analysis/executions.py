@@ -31,7 +31,7 @@ import numpy as np
 
 from traceinspect import names as N
 from traceinspect import schema as S
-from traceinspect.analysis.arrays import members
+from traceinspect.analysis.arrays import lookup, members
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents, thread_events
 from traceinspect.intervals import Intervals
@@ -104,8 +104,7 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
     # Each id event's program, where the event names it (the first such stat).
     module_rows, first = np.unique(modules["owner"], return_index=True)
     module_codes = modules[S.STR_VALUE][first]
-    at = np.minimum(np.searchsorted(module_rows, id_rows), max(len(module_rows) - 1, 0))
-    named = module_rows[at] == id_rows if len(module_rows) else np.zeros(len(id_rows), dtype=bool)
+    at, named = lookup(module_rows, id_rows)
     if not named.any():
         return None
     named_ids, named_modules = id_values[named], module_codes[at[named]]
@@ -126,13 +125,11 @@ def _executions(trace: Trace, work_rows: np.ndarray) -> _Executions | None:
     single_ids = distinct_ids[programs == 1]
     single_modules = module_of_pair[first_pair[programs == 1]]
     unnamed_ids = id_values[~named]
-    k = np.minimum(np.searchsorted(single_ids, unnamed_ids), max(len(single_ids) - 1, 0))
-    found = single_ids[k] == unnamed_ids if len(single_ids) else np.zeros(0, dtype=bool)
+    k, found = lookup(single_ids, unnamed_ids)
     rows = np.concatenate((id_rows[named], id_rows[~named][found]))
     run_ids = np.concatenate((named_ids, unnamed_ids[found]))
     module = np.concatenate((named_modules, single_modules[k[found]])).astype(np.int64)
-    starts = ev[S.START_NS][rows]
-    ends = starts + ev[S.DURATION_NS][rows]
+    starts, ends = c.spans(rows)
     # Programs ordered by name, as the ids' programs are compared.
     used, module_at = np.unique(module, return_inverse=True)
     names = c.strings(used)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from traceinspect import schema as S
+from traceinspect.analysis.arrays import longest_first
 from traceinspect.analysis.input_stages import InputStages
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES
@@ -211,7 +212,7 @@ class Analysis:
 
     def longest_gaps(self, count: int | None = None) -> list[int]:
         """Rows of ``gaps``, longest first (of equals, the earlier first)."""
-        order = np.argsort(-self.gap_columns[S.DURATION_NS], kind="stable")
+        order = longest_first(self.gap_columns[S.DURATION_NS])
         return (order if count is None else order[:count]).tolist()
 
     def to_dict(self, max_gaps: int | None = None) -> dict[str, Any]:

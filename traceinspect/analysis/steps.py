@@ -77,16 +77,11 @@ def _windows(
     )
 
 
-def _events(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Starts, ends and name codes of these event rows."""
-    ev = trace.columns.events
-    starts = ev[S.START_NS][rows]
-    return starts, starts + ev[S.DURATION_NS][rows], ev[S.NAME][rows]
-
-
 def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
     c = trace.columns
     line_of = c.events[S.LINE_ROW]
+    # The code of the step events `traceinspect capture` writes (-1: none in the trace).
+    capture_code = c.event_names.index(N.ANN_STEP) if N.ANN_STEP in c.event_names else -1
     annotations = c.stat_rows(N.STEP_NUM)
     if len(annotations["owner"]) >= 1:
         rows, numbers = annotations["owner"], annotations[S.INT_VALUE]
@@ -96,11 +91,10 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
         # One annotation name per step: the user's own, rather than the copy that
         # `traceinspect capture` writes around the same steps.
         codes = c.events[S.NAME][rows]
-        capture_code = c.event_names.index(N.ANN_STEP) if N.ANN_STEP in c.event_names else -1
         own = codes != capture_code
         name = most_common(codes[own] if own.any() else codes)
         rows, numbers = rows[codes == name], numbers[codes == name]
-        starts, ends, _ = _events(trace, rows)
+        starts, ends = trace.columns.spans(rows)
         return _windows(
             f"StepTraceAnnotation {c.event_names[name]!r}",
             starts,
@@ -111,12 +105,12 @@ def _annotated(trace: Trace, lo: int, hi: int) -> Steps | None:
             hi,
             (c.event_names[name], N.ANN_STEP),  # both envelopes, never work
         )
-    if N.ANN_STEP not in c.event_names:
+    if capture_code < 0:
         return None
-    marked = np.flatnonzero(c.events[S.NAME] == c.event_names.index(N.ANN_STEP))
+    marked = np.flatnonzero(c.events[S.NAME] == capture_code)
     if len(marked) >= 1:
         marked = marked[line_of[marked] == most_common(line_of[marked])]
-        starts, ends, _ = _events(trace, marked)
+        starts, ends = trace.columns.spans(marked)
         return _windows(
             "traceinspect capture steps",
             starts,
@@ -145,7 +139,7 @@ def _device_steps_line(trace: Trace, lo: int, hi: int) -> Steps | None:
     rows = np.flatnonzero(c.events[S.LINE_ROW] == best)
     if len(rows) < 2:
         return None
-    starts, ends, _ = _events(trace, rows)
+    starts, ends = trace.columns.spans(rows)
     return _windows(
         f"device Steps line on {planes[best]}",
         starts,
@@ -163,7 +157,7 @@ def _group_ids(trace: Trace, lo: int, hi: int) -> Steps | None:
     distinct, group = np.unique(ids, return_inverse=True)
     if len(distinct) < 2:
         return None
-    starts, ends, _ = _events(trace, groups["owner"])
+    starts, ends = trace.columns.spans(groups["owner"])
     first = np.full(len(distinct), np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(len(distinct), np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(first, group, starts)
@@ -189,11 +183,11 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
         modules = modules[on_device[line_of[modules]]]
         codes = c.events[S.NAME][modules]
         distinct, counts = np.unique(codes, return_counts=True)
-        top = np.argsort(-counts, kind="stable")[0]
+        top = int(np.argmax(counts))
         if counts[top] >= 2:
             name = c.event_names[int(distinct[top])]
             runs = modules[codes == distinct[top]]
-            starts, ends, _ = _events(trace, runs)
+            starts, ends = trace.columns.spans(runs)
             return _windows(
                 f"repeated XLA module {name!r} on {first_device}",
                 starts,
@@ -215,7 +209,7 @@ def _repeated_program(trace: Trace, lo: int, hi: int) -> Steps | None:
         return None
     line_row, code = divmod(int(distinct[best]), len(c.event_names))
     runs = calls[keys == distinct[best]]
-    starts, ends, _ = _events(trace, runs)
+    starts, ends = trace.columns.spans(runs)
     # Nested calls of the same function (a wrapper calling itself) count once.
     outer = ~nested_spans(starts, ends)
     steps = _windows(

@@ -429,7 +429,6 @@ def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """``CommonPjRtBuffer::Await`` producer (``_p``) / consumer (``_c``) pairs (``awaits``:
     their event rows) -> the waits' starts and ends."""
     c = trace.columns
-    ev = c.events
 
     def first_per_pair(stat: str) -> dict[int, int]:
         """Pair id -> the first of ``awaits`` carrying it as ``stat``."""
@@ -446,9 +445,8 @@ def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return np.empty(0, np.int64), np.empty(0, np.int64)
     producers, consumers = first_per_pair("_p"), first_per_pair("_c")
     both = [pair for pair in producers if pair in consumers]
-    start = ev[S.START_NS][np.array([producers[p] for p in both], dtype=np.int64)]
-    last = np.array([consumers[p] for p in both], dtype=np.int64)
-    end = ev[S.START_NS][last] + ev[S.DURATION_NS][last]
+    start = c.events[S.START_NS][np.array([producers[p] for p in both], dtype=np.int64)]
+    _, end = c.spans(np.array([consumers[p] for p in both], dtype=np.int64))
     keep = end > start
     return start[keep], end[keep]
 
@@ -553,11 +551,10 @@ def host_activity(
     # The few sync and Await events, by event row.
     wait_starts, wait_ends = _await_waits(trace, _rows_at(line, thread.named(_AWAIT)))
     sync_rows = _rows_at(line, thread.named(N.SYNC_EVENT))
-    ev = trace.columns.events
-    sync_starts = ev[S.START_NS][sync_rows]
+    sync_starts, sync_ends = trace.columns.spans(sync_rows)
     sync_events = Reads.of(
         np.concatenate((sync_starts, wait_starts)),
-        np.concatenate((sync_starts + ev[S.DURATION_NS][sync_rows], wait_ends)),
+        np.concatenate((sync_ends, wait_ends)),
         _sync_labels(trace, sync_rows) + [_AWAIT_LABEL] * len(wait_starts),
     )
     compile_iv = Intervals.union_of(

@@ -51,7 +51,7 @@ class TraceRequest:
         """Begin reading the trace; the function returned waits for it. With no progress
         line to draw (stderr not a terminal, ``-q``, ``--json``), the file decodes on
         another thread while the command imports what it needs meanwhile
-        (:func:`~traceinspect.trace.load_in_background`); else as :meth:`load`."""
+        (:func:`~traceinspect.loading.load_in_background`); else as :meth:`load`."""
         if StatusLine.on_stderr(quiet=self.quiet or not self.show_progress).enabled:
             return lambda: self.load(located)
         from traceinspect.loading import load_in_background

@@ -399,8 +399,7 @@ static int32_t strtab_intern(strtab *t, const char *p, Py_ssize_t len) {
         if (s->len == len && memcmp(s->p, p, (size_t)len) == 0) return s->code;
         j = (j + 1) & mask;
     }
-    strref ref = {(const uint8_t *)p, (size_t)len};
-    VEC_PUSH(t->refs, strref, ref);
+    if (push_str(&t->refs, (const uint8_t *)p, (size_t)len) < 0) return -1;
     int32_t code = (int32_t)t->n++;
     t->slots[j].p = p;
     t->slots[j].len = len;

@@ -73,6 +73,11 @@ class Columns:
         """Every line's name."""
         return [self.line_names[c] for c in self.lines[S.LINE].tolist()]
 
+    def spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends (ns) of these events (rows of ``events``)."""
+        starts = self.events[S.START_NS][rows]
+        return starts, starts + self.events[S.DURATION_NS][rows]
+
     def stat_rows(self, stat: str, sink: str = "event_stats") -> Table:
         """The rows of one stat in ``sink`` (``owner``, ``kind``, ``int_value``,
         ``float_value``, ``str_value`` codes), in stored order; empty when no row has it."""
