@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from traceinspect import isolate
 from traceinspect import sidecar as SC
-from traceinspect.capture import PhaseRun, wait_for_quiet
+from traceinspect.capture import PhaseRun, log_tail, wait_for_quiet
 from traceinspect.cli import main
 from traceinspect.errors import IsolateError, UsageError
 from traceinspect.isolate import (
@@ -413,3 +413,42 @@ def test_a_phase_stuck_on_its_way_out_is_stopped_after_its_report(
         started = time.monotonic()
         assert _phase._wait_or_stop(proc, 300.0, str(report)) is stopped
         assert proc.returncode is not None and time.monotonic() - started < 20
+
+
+# How Python 3.12 prints an exception that passed through a Grain iterator's next(): the
+# note Grain adds comes last (CI's isolate error quoted it instead of the exception).
+_GRAIN_NOTED_LOG = """\
+traceinspect: some line of ours
+Traceback (most recent call last):
+  File "/work/train.py", line 88, in <module>
+    main()
+  File "/work/train.py", line 84, in main
+    w, loss = train_step(w, next(batches))
+                            ^^^^^^^^^^^^^
+IndexError: list index out of range
+--------------------
+For simplicity, Grain has removed its internal frames from the traceback of the following \
+exception. Set --grain_py_traceback_filtering=off to include these.
+"""
+
+
+def test_log_tail_names_the_exception_not_the_notes_after_it(tmp_path: Path) -> None:
+    log = tmp_path / "loader.log"
+    log.write_text(_GRAIN_NOTED_LOG, encoding="utf-8")
+    assert log_tail(log) == "IndexError: list index out of range"
+    # Chained: the last traceback's exception.
+    chained = _GRAIN_NOTED_LOG.replace(
+        "--------------------",
+        "\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 90, in <module>\n'
+        "KeyError: 'x'",
+    )
+    log.write_text(chained, encoding="utf-8")
+    assert log_tail(log) == "KeyError: 'x'"
+    # No traceback: the last line that is not ours; none at all: nothing.
+    log.write_text("loading\nout of memory: give it fewer workers\ntraceinspect: stopped\n")
+    assert log_tail(log) == "out of memory: give it fewer workers"
+    log.write_text("traceinspect: stopped\n")
+    assert log_tail(log) == ""
+    assert log_tail(tmp_path / "missing.log") == ""

@@ -4,11 +4,17 @@ series shaped like the scenario family's (sample_traces/scenarios/family)."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import sys
+import time
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from traceinspect.capture._child._base import SOURCE_GRAIN, _StopAfter
 from traceinspect.capture._child.measured import _Snapshot
 from traceinspect.capture._child.steady import (
     STEADY_BLOCK_S,
@@ -17,6 +23,9 @@ from traceinspect.capture._child.steady import (
     _Steady,
 )
 from traceinspect.capture._child.window import _Capture
+from traceinspect.capture._command import parse_command
+from traceinspect.capture._phase import PhaseRun, phase_config
+from traceinspect.isolate import phase_timing
 
 
 def _starts(step_ms: list[float]) -> list[int]:
@@ -184,3 +193,76 @@ def test_after_a_pause_one_fresh_block_must_agree() -> None:
     assert len(steady.blocks) == 3 and not steady.is_steady()  # 152-201 not closed yet
     steady.add(starts, 203)
     assert steady.blocks[-1][:2] == (152, 201) and steady.is_steady()
+
+
+def test_a_gap_in_the_steps_starts_the_block_again() -> None:
+    """Steps fed one at a time, as capture does; one never seen (a step source chosen past the
+    steps it kept) starts the block again at the next step seen."""
+    steady = _Steady(8)
+    for index in range(60):  # 10 ms steps: blocks of 50 steps, 1-50
+        steady.step(index, index * 10_000_000)
+    assert steady.blocks == [(1, 50, 10.0)]
+    steady.step(59, 0)  # seen already: ignored
+    for index in range(70, 130):  # 60-69 never seen: the block 51-... is dropped
+        steady.step(index, index * 10_000_000)
+    assert [b[:2] for b in steady.blocks] == [(1, 50), (70, 119)]
+
+
+def test_a_loader_unsteady_past_10000_batches_is_timed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """isolate's loader phase drained a 10,000-batch dataset on CI without settling (CI's
+    stack run of issue 25): the steady-state rule read the 10,001st step's start from the
+    kept 10,000 and raised IndexError inside the script's next(). Now the rule sees every
+    step, and the window's steps are kept past the first 10,000 and timed."""
+    # Block means that disagree (0.6 s of 0.1 ms batches, then 0.6 s of 0.5 ms ones, in
+    # turn) for 14,400 batches, then a steady 0.1 ms a batch.
+    unsteady = [[0.1] * 6000, [0.5] * 1200] * 2
+    series = [50.0, *itertools.chain(*unsteady), *[0.1] * 60_000]
+    script = tmp_path / "train.py"
+    script.write_text("", encoding="utf-8")
+    config = phase_config(
+        parse_command([sys.executable, str(script)]),
+        "loader",
+        timeout_s=60,  # isolate's default --phase-timeout
+        scratch=str(tmp_path),
+    )
+    report_path = Path(config["report_path"])
+    starts = _starts(series)
+    began = time.time_ns()
+    now = [began]
+    cap = _Capture(config)
+    # The child reads the clock through the time module: every reading is the step's start.
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    index = 0
+    with pytest.raises(_StopAfter):
+        for index, start in enumerate(starts):  # noqa: B007
+            now[0] = began + start
+            cap.on_step(SOURCE_GRAIN, "It", "batches drawn alone")
+    monkeypatch.undo()
+    assert cap.window_rule == "steady" and cap.window_first is not None
+    assert cap.window_first > 14_400 and cap.window_end == index
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    steps = report["steps"]
+    assert report["steps_seen"] == index + 1
+    # Steps 0-9,999, then the window's: its first step to the one whose start closed it.
+    window = list(range(cap.window_first, cap.window_end + 1))
+    assert [s["index"] for s in steps] == [*range(10_000), *window]
+    assert steps[9_999]["wall_ms"] is None  # step 10,000 is not listed
+    traced = [s for s in steps if s["traced"]]
+    assert [s["index"] for s in traced] == window[:-1]
+    assert all(s["wall_ms"] == pytest.approx(0.1) for s in traced)
+    # At least 1 s of them (the default window), and isolate's figure is their mean.
+    assert len(traced) >= 10_000
+    run = PhaseRun(
+        phase="loader",
+        exit_code=0,
+        exit_signal=None,
+        stopped=False,
+        report=report,
+        elapsed_s=3.0,
+        log_path=str(tmp_path / "loader.log"),
+    )
+    timing = phase_timing(run)
+    assert (timing.how, timing.count) == ("steady", len(traced))
+    assert timing.mean_ms == pytest.approx(0.1)

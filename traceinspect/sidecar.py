@@ -43,9 +43,11 @@ Fields (times in Unix ns):
   ``time_bound`` | ``skip`` | ``early`` | null), ``reason`` (a sentence: why it opened there),
   ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
   ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
-- ``steps``: one entry per step of the whole run (at most 10,000): ``index``, ``step_num``
-  (the script's, or null), ``start_unix_ns``, ``wall_ms`` (host time to the next step's
-  start, null for the last), ``traced``, ``done_unix_ns`` (when the step's device work
+- ``steps``: one entry per step of the whole run, in order, up to step 9,999, then the
+  window's steps when it opened later (up to 100,000 more; ``index`` says which step an
+  entry is): ``index``, ``step_num`` (the script's, or null), ``start_unix_ns``,
+  ``wall_ms`` (host time to the next step's start, null when that step is not listed),
+  ``traced``, ``done_unix_ns`` (when the step's device work
   finished: its last jitted call's output became ready; null when unknown; absent in
   older sidecars); ``steps_seen``: all steps of that source counted
 - ``early_trace``: the trace taken from step 2 until the run was first steady (kept as the

@@ -23,12 +23,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from traceinspect import sidecar as SC
 from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import TIMING_LOADER, TIMING_MODES
-from traceinspect.capture._command import parse_command
+from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.capture._runner import CaptureOptions, _child_config, _exit_code
 from traceinspect.errors import CaptureError
 
@@ -90,26 +90,11 @@ def run_phase(
     if timeout_s <= 0:
         raise CaptureError(f"the phase timeout must be positive (seconds), got {timeout_s:g}")
     cmd = parse_command(command)
-    options = CaptureOptions(
-        steps=steps,
-        max_wait_s=timeout_s * MAX_WAIT_SHARE,
-        window_max_s=timeout_s * WINDOW_SHARE,
-        stop_after=True,
-        # The loader's steps are the batches it drains, whatever else the script marks.
-        step_source="grain" if phase == TIMING_LOADER else "auto",
-        workers=workers,
-        grain_worker_profiling=False,
-        quiet=True,
-    )
-    options.check()
     scratch = tempfile.mkdtemp(prefix="traceinspect-isolate-")
     try:
-        config = {
-            **_child_config(cmd, options, scratch, scratch),
-            "timing": phase,
-            "deadline_s": timeout_s,
-            "max_wait_option": f"{MAX_WAIT_SHARE:.0%} of --phase-timeout",
-        }
+        config = phase_config(
+            cmd, phase, timeout_s=timeout_s, scratch=scratch, steps=steps, workers=workers
+        )
         config_path = Path(scratch, "config.json")
         config_path.write_text(json.dumps(config), encoding="utf-8")
         argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
@@ -134,6 +119,36 @@ def run_phase(
         elapsed_s=round(elapsed, 3),
         log_path=str(log_path),
     )
+
+
+def phase_config(
+    cmd: ScriptCommand,
+    phase: str,
+    *,
+    timeout_s: float,
+    scratch: str,
+    steps: int | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The capture child's config for one phase (its report goes to ``scratch``)."""
+    options = CaptureOptions(
+        steps=steps,
+        max_wait_s=timeout_s * MAX_WAIT_SHARE,
+        window_max_s=timeout_s * WINDOW_SHARE,
+        stop_after=True,
+        # The loader's steps are the batches it drains, whatever else the script marks.
+        step_source="grain" if phase == TIMING_LOADER else "auto",
+        workers=workers,
+        grain_worker_profiling=False,
+        quiet=True,
+    )
+    options.check()
+    return {
+        **_child_config(cmd, options, scratch, scratch),
+        "timing": phase,
+        "deadline_s": timeout_s,
+        "max_wait_option": f"{MAX_WAIT_SHARE:.0%} of --phase-timeout",
+    }
 
 
 def _read_phase_report(path: str) -> SC.PhaseReportJSON | None:
@@ -205,17 +220,33 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
 
 
 def log_tail(path: str | Path, limit: int = 160) -> str:
-    """The last line a script wrote to its log that is not ours: usually the exception that
-    ended it ('' when there is none)."""
+    """What ended the script, from its log: the exception line of the last traceback it
+    printed (``IndexError: list index out of range``, not the notes printed after it:
+    Grain adds "For simplicity, Grain has removed its internal frames ..." to every
+    exception that passes through its iterators), else the last line that is not ours
+    ('' when there is none)."""
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return ""
+    starts = [i for i, raw in enumerate(lines) if raw.startswith(_TRACEBACK)]
+    if starts:
+        # The frames are indented; the first line at the margin after them is the exception.
+        line = next((raw for raw in lines[starts[-1] + 1 :] if raw and not raw[0].isspace()), "")
+        if line:
+            return _clip(line.strip(), limit)
     for raw in reversed(lines):
         line = raw.strip()
         if line and not line.startswith("traceinspect:"):
-            return line if len(line) <= limit else line[: limit - 3] + "..."
+            return _clip(line, limit)
     return ""
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _clip(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def wait_for_quiet(max_busy_cores: float, limit_s: float, sample_s: float = 0.5) -> float:

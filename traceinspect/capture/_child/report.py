@@ -26,9 +26,11 @@ def build_report(cap: _State) -> ChildReportJSON:
     last = cap._window_last()
     done = cap.completions.done_ns
     if chosen is not None and chosen.kind != SOURCE_TIME:
-        starts = chosen.starts_ns
-        for i, start in enumerate(starts):
-            wall_ms = (starts[i + 1] - start) / 1e6 if i + 1 < len(starts) else None
+        starts, indices = chosen.starts_ns, chosen.indices
+        for k, (i, start) in enumerate(zip(indices, starts, strict=True)):
+            # A step's wall time needs the next step's start (kept unless past the caps).
+            following = k + 1 < len(indices) and indices[k + 1] == i + 1
+            wall_ms = (starts[k + 1] - start) / 1e6 if following else None
             traced = (
                 cap.window_first is not None
                 and last is not None
@@ -38,7 +40,7 @@ def build_report(cap: _State) -> ChildReportJSON:
             steps.append(
                 {
                     "index": i,
-                    "step_num": chosen.step_nums[i],
+                    "step_num": chosen.step_nums[k],
                     "start_unix_ns": start,
                     "wall_ms": wall_ms,
                     "traced": traced,

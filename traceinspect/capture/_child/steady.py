@@ -30,6 +30,10 @@ class _Steady:
     def __init__(self, block_steps: int) -> None:
         self.block_steps = block_steps
         self.block_start = 1  # step 0 compiles: never in a block
+        #: When step ``block_start`` started (None until it is seen).
+        self.block_start_ns: int | None = None
+        #: The next step expected (steps are seen once each, in order).
+        self.next_step = 0
         self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
         #: The last block must start at or after this step (see :meth:`resume_after`).
         self.fresh_from = 0
@@ -39,24 +43,40 @@ class _Steady:
         in is dropped, blocks start again after it, and the run is steady again only once a
         block after it agrees with the ones before (it shows the disturbance has passed)."""
         self.block_start = step + 1
+        self.block_start_ns = None
         self.fresh_from = step + 1
 
+    def step(self, index: int, start_ns: int) -> None:
+        """Step ``index`` started at ``start_ns``: close the current block if this start ends
+        it (it holds ``block_steps`` steps at least and lasts ``STEADY_BLOCK_S`` at least).
+
+        Constant time and memory, however long the run: capture feeds every step, and keeps
+        only the first steps' times for its report. A step seen again is ignored; after a
+        gap (steps never seen), the block starts again at ``index``."""
+        if index < self.next_step:
+            return
+        if index > self.next_step and index > self.block_start:
+            self.block_start, self.block_start_ns = index, None
+        self.next_step = index + 1
+        if index < self.block_start:
+            return
+        first_ns = self.block_start_ns
+        if index == self.block_start or first_ns is None:
+            self.block_start, self.block_start_ns = index, start_ns
+            return
+        first = self.block_start
+        span = start_ns - first_ns
+        if index - first >= self.block_steps and span >= STEADY_BLOCK_S * 1e9:
+            self.blocks.append((first, index - 1, span / (index - first) / 1e6))
+            self.block_start, self.block_start_ns = index, start_ns
+
     def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
-        """Close every block complete in the first ``count`` (default all) of ``starts_ns``,
-        the start times of steps 0, 1, ..."""
-        n = len(starts_ns) if count is None else count
-        while True:
-            first = self.block_start
-            last = first + self.block_steps  # the step whose start ends the block
-            if last >= n:
-                return
-            while last < n - 1 and starts_ns[last] - starts_ns[first] < STEADY_BLOCK_S * 1e9:
-                last += 1
-            span = starts_ns[last] - starts_ns[first]
-            if span < STEADY_BLOCK_S * 1e9:
-                return
-            self.blocks.append((first, last - 1, span / (last - first) / 1e6))
-            self.block_start = last
+        """Feed the steps not yet seen among the first ``count`` (default all) of
+        ``starts_ns``, the start times of steps 0, 1, ... (a recorded series, or the steps a
+        step source saw before it was chosen)."""
+        n = len(starts_ns) if count is None else min(count, len(starts_ns))
+        for index in range(self.next_step, n):
+            self.step(index, starts_ns[index])
 
     def _last_means(self) -> list[float]:
         return [b[2] for b in self.blocks[-STEADY_BLOCKS:]]

@@ -67,11 +67,10 @@ class _Capture(_EarlyTrace):
                 self.completions.submit(index - 1, key, output)
             if self.early is None and index >= EARLY_FROM_STEP and self.phase == _WAITING:
                 self._start_early(index)
-            if len(src.starts_ns) < _MAX_STEPS_KEPT:
+            if index < _MAX_STEPS_KEPT or (src is self.chosen and self.phase == _TRACING):
                 # Kept after the window too: the whole run's step times show whether the
                 # traced window is representative.
-                src.starts_ns.append(now)
-                src.step_nums.append(step_num)
+                src.keep(index, now, step_num)
             if self.phase == _DONE and self._time_window_taken():
                 self._set_time_window_aside(now)
             if self.phase == _DONE:
@@ -110,6 +109,8 @@ class _Capture(_EarlyTrace):
                     self.stop_phase(f"no Grain batch was drawn in {index} steps ({src.detail})")
                 if self._start_trace():
                     self.window_first = index
+                    # Past the cap, the window's steps are kept from its first on.
+                    src.keep(index, now, step_num)
                     self._enter_step_annotation(index, step_num)
             elif self.phase == _TRACING and self.window_first is not None:
                 traced = index - self.window_first
@@ -164,8 +165,11 @@ class _Capture(_EarlyTrace):
         if self.steady is None:
             workers = self._grain_setting("mp_prefetch", "num_workers") or 0
             self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
+            # The steps the source saw before it was chosen (those kept), then each as it
+            # starts: the rule sees every step, kept or not.
+            self.steady.add(src.starts_ns, index)
         steady = self.steady
-        steady.add(src.starts_ns, index + 1)
+        steady.step(index, now)
         if steady.is_steady():
             self.window_rule = "steady"
             self.window_reason = steady.reason(index)
