@@ -242,6 +242,8 @@ def test_a_loader_unsteady_past_10000_batches_is_timed(
     monkeypatch.undo()
     assert cap.window_rule == "steady" and cap.window_first is not None
     assert cap.window_first > 14_400 and cap.window_end == index
+    # The progress line's last step, past the steps kept too.
+    assert cap.chosen is not None and cap.chosen.last_wall_ns == 100_000
     report = json.loads(report_path.read_text(encoding="utf-8"))
     steps = report["steps"]
     assert report["steps_seen"] == index + 1

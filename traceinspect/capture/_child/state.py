@@ -58,6 +58,15 @@ class _Source:
     starts_ns: list[int] = dataclasses.field(default_factory=list)
     step_nums: list[int | None] = dataclasses.field(default_factory=list)
     count: int = 0
+    #: The last step's start, and the wall time of the step before it (kept or not).
+    latest_ns: int | None = None
+    last_wall_ns: int | None = None
+
+    def started(self, start_ns: int) -> None:
+        """A step of this source started: the last one's wall time is known."""
+        if self.latest_ns is not None:
+            self.last_wall_ns = start_ns - self.latest_ns
+        self.latest_ns = start_ns
 
     def keep(self, index: int, start_ns: int, step_num: int | None) -> None:
         """Keep step ``index`` (once; within the caps)."""
@@ -224,12 +233,11 @@ class _State:
         self.status_ns = now
         with self.lock, contextlib.suppress(Exception):
             chosen = self.chosen
-            starts = chosen.starts_ns if chosen is not None else []
-            complete = chosen is not None and len(starts) == chosen.count >= 2
+            wall_ns = chosen.last_wall_ns if chosen is not None else None
             status = {
                 "phase": phase or self.phase,
                 "steps": chosen.count if chosen is not None else 0,
-                "last_step_ms": (starts[-1] - starts[-2]) / 1e6 if complete else None,
+                "last_step_ms": wall_ns / 1e6 if wall_ns is not None else None,
                 "first_step": self.window_first,
                 "last_step": self._window_last(),
                 "rule": self.window_rule,

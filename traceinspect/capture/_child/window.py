@@ -61,6 +61,7 @@ class _Capture(_EarlyTrace):
                 src = self.sources[(kind, key)] = _Source(kind, key, detail)
             index = src.count
             src.count += 1
+            src.started(now)
             if src is self.chosen and self.last_output is not None:
                 key, output = self.last_output
                 self.last_output = None
