@@ -92,7 +92,12 @@ def result_key(located: Located) -> tuple[str, dict[str, Any]] | None:
 def analysis_path(located: Located) -> Path | None:
     """Where the stored analysis of ``located``'s run would be (None: it has no key)."""
     key = result_key(located)
-    return None if key is None else cache_dir() / f"{key[0]}{ANALYSIS_SUFFIX}"
+    return None if key is None else analysis_entry(key[0])
+
+
+def analysis_entry(digest: str) -> Path:
+    """The stored analysis of the run whose result key's digest is ``digest``."""
+    return cache_dir() / f"{digest}{ANALYSIS_SUFFIX}"
 
 
 def _entry(located: Located, printed: str) -> tuple[Path, dict[str, Any]] | None:

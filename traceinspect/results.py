@@ -24,7 +24,7 @@ import numpy as np
 
 from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
 from traceinspect.answers import ANALYSIS_SUFFIX as _SUFFIX
-from traceinspect.answers import prune, result_key
+from traceinspect.answers import analysis_entry, prune, result_key
 from traceinspect.xplane.cache import cache_dir
 from traceinspect.xplane.locate import Located
 
@@ -40,7 +40,7 @@ def load(located: Located) -> Analysis | None:
         if key is None:
             return None
         digest, ident = key
-        entry = cache_dir() / f"{digest}{_SUFFIX}"
+        entry = analysis_entry(digest)
         with np.load(entry, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         record = json.loads(arrays.pop(_RECORD).tobytes().decode())
@@ -73,7 +73,7 @@ def store(located: Located, analysis: Analysis) -> None:
             named: dict[str, Any] = {_RECORD: np.frombuffer(text, dtype=np.uint8), **arrays}
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, **named)
-            Path(tmp).replace(root / f"{digest}{_SUFFIX}")
+            Path(tmp).replace(analysis_entry(digest))
         finally:
             with contextlib.suppress(OSError):
                 Path(tmp).unlink()

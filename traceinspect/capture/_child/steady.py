@@ -55,13 +55,12 @@ class _Steady:
         gap (steps never seen), the block starts again at ``index``."""
         if index < self.next_step:
             return
-        if index > self.next_step and index > self.block_start:
-            self.block_start, self.block_start_ns = index, None
+        gap = index > self.next_step
         self.next_step = index + 1
         if index < self.block_start:
             return
         first_ns = self.block_start_ns
-        if index == self.block_start or first_ns is None:
+        if gap or index == self.block_start or first_ns is None:
             self.block_start, self.block_start_ns = index, start_ns
             return
         first = self.block_start
