@@ -49,6 +49,8 @@ STOP_GRACE_S = 15.0
 # ResourceTracker.ensure_running) while it held the tracker's lock.
 EXIT_GRACE_S = 20.0
 _POLL_S = 0.25
+#: The first line of a Python traceback (log_tail quotes the exception line after it).
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,9 +242,6 @@ def log_tail(path: str | Path, limit: int = 160) -> str:
         if line and not line.startswith("traceinspect:"):
             return _clip(line, limit)
     return ""
-
-
-_TRACEBACK = "Traceback (most recent call last):"
 
 
 def _clip(line: str, limit: int) -> str:
