@@ -12,11 +12,27 @@ costs
 - ``none``: nothing (records come from memory); ``light``: a 0.6 ms wait,
 
 and the loop reads the loss as a user would: never, every step (``float``, ``device_get``,
-``block``), the previous step's loss every step (``prev``), every 10th step (``every10``),
-or MaxText's metrics buffer (``buffer``: keep each step's metrics, read the previous
-step's every 10 steps). ``--synthetic`` feeds one pre-built batch every step, without Grain
-(the same model with no input cost: what ``traceinspect isolate``'s target step is checked
-against). Run it by hand with::
+``block``, ``item``, ``asarray``), the previous step's loss every step (``prev``), every
+10th step (``every10``), or MaxText's metrics buffer (``buffer``: keep each step's
+metrics, read the previous step's every 10 steps). ``--synthetic`` feeds one pre-built
+batch every step, without Grain (the same model with no input cost: what ``traceinspect
+isolate``'s target step is checked against).
+
+The habits real loops have between their steps, each set by a flag:
+
+- ``--checkpoint-every N --checkpoint-ms M``: a synchronous checkpoint after every Nth
+  step (``jax.device_get`` of the parameters, ``np.save`` to a scratch file, then M ms of
+  slow storage, a sleep);
+- ``--eval-every N --eval-batches K``: an evaluation after every Nth step (K jitted forward
+  passes over a held batch, their mean loss read with ``float``);
+- ``--host-wait-ms M`` / ``--host-cpu-ms M``: the loop's own work between ``next()`` and
+  the dispatch (a side file, a queue, a lookup): M ms of waiting, or of CPU;
+- ``--callback-ms M``: a host callback inside the jitted step (``jax.debug.callback`` to a
+  metrics logger that takes M ms);
+- ``--device-repeat R``: R extra 4096-wide matrix products per step, so that an
+  accelerator's step lasts about as long as the CPU backend's (0 on the CPU machine).
+
+Run it by hand with::
 
     python sample_traces/scenarios/family/train_family.py --record io --workers 2 --steps 200
 
@@ -26,8 +42,11 @@ It prints one JSON line with every step's host start time (``--stats-json -``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +72,18 @@ RECORD_COSTS = {
     "mix": (2.5, 1.5),
     "light": (0.6, 0.0),  # ~5 ms of waiting per batch: half the device's step
 }
-READS = ("none", "float", "device_get", "block", "prev", "every10", "buffer")
+READS = (
+    "none",
+    "float",
+    "device_get",
+    "block",
+    "item",
+    "asarray",
+    "prev",
+    "every10",
+    "buffer",
+)
+REPEAT_WIDTH = 4096  # the extra matrix products of --device-repeat
 
 
 class Records(grain.sources.RandomAccessDataSource):  # type: ignore[name-defined,misc]
@@ -128,20 +158,71 @@ def init_params(layers: int = HIDDEN_LAYERS) -> Params:
     }
 
 
+def log_metrics(loss: Any, *, wait_s: float) -> None:
+    """A metrics logger called from inside the jitted step: ``wait_s`` of host time."""
+    time.sleep(wait_s)
+
+
+@functools.cache
+def make_train_step(device_repeat: int = 0, callback_ms: float = 0.0) -> Any:
+    """The jitted step: the MLP's loss and SGD update, plus the habits that live inside jit."""
+
+    def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
+        x = x.reshape(-1, FEATURES)
+        y = y.reshape(-1)
+
+        def loss_fn(p: Params) -> jax.Array:
+            h = jnp.tanh(x @ p["w_in"])
+            for w in p["hidden"]:
+                h = jnp.tanh(h @ w) + h
+            logits = (h @ p["w_out"])[:, 0]
+            return jnp.mean((logits - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        if device_repeat:
+            # Device work that an accelerator needs to last as long as the CPU's step: a
+            # chain of products the loss depends on (so XLA keeps it), outside the gradient.
+            # Unrolled rather than a loop: an XLA while loop on a GPU may read its condition
+            # back to the host every iteration, a sync of its own.
+            m = jnp.tanh(jnp.resize(x, (REPEAT_WIDTH, REPEAT_WIDTH)))
+            for _ in range(device_repeat):
+                m = jnp.tanh(m @ m) * 0.5
+            loss = loss + 1e-12 * jnp.mean(m)
+        if callback_ms:
+            jax.debug.callback(functools.partial(log_metrics, wait_s=callback_ms / 1000.0), loss)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    return jax.jit(train_step)
+
+
 @jax.jit
-def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
+def eval_step(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
     x = x.reshape(-1, FEATURES)
-    y = y.reshape(-1)
+    h = jnp.tanh(x @ params["w_in"])
+    for w in params["hidden"]:
+        h = jnp.tanh(h @ w) + h
+    return jnp.mean(((h @ params["w_out"])[:, 0] - y.reshape(-1)) ** 2)
 
-    def loss_fn(p: Params) -> jax.Array:
-        h = jnp.tanh(x @ p["w_in"])
-        for w in p["hidden"]:
-            h = jnp.tanh(h @ w) + h
-        logits = (h @ p["w_out"])[:, 0]
-        return jnp.mean((logits - y) ** 2)
 
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
+@dataclasses.dataclass(frozen=True)
+class Habits:
+    """What the loop does between its steps besides drawing a batch and reading the loss."""
+
+    checkpoint_every: int = 0
+    checkpoint_ms: float = 250.0
+    eval_every: int = 0
+    eval_batches: int = 20
+    host_wait_ms: float = 0.0
+    host_cpu_ms: float = 0.0
+    callback_ms: float = 0.0
+    device_repeat: int = 0
+
+
+def checkpoint(params: Params, folder: Path, wait_s: float) -> None:
+    """A synchronous checkpoint: copy the parameters to the host, write them, wait on storage."""
+    host = jax.device_get(params)
+    np.save(folder / "w_in.npy", host["w_in"])
+    time.sleep(wait_s)
 
 
 def train(
@@ -152,18 +233,25 @@ def train(
     steps: int,
     synthetic: bool = False,
     layers: int = HIDDEN_LAYERS,
+    habits: Habits = Habits(),
 ) -> list[float]:
     """Run ``steps`` steps; return each step's host start time (perf_counter, s) and, last,
     the time the device finished the final step."""
     params = init_params(layers)
-    constant = synthetic_batch() if synthetic else None
+    constant = synthetic_batch() if synthetic or habits.eval_every else None
     it = None if synthetic else make_iterator(record, workers, read_threads, steps)
+    train_step = make_train_step(habits.device_repeat, habits.callback_ms)
+    scratch = tempfile.TemporaryDirectory(prefix="train_family_ckpt_")
     starts: list[float] = []
     previous: jax.Array | None = None
     metrics: list[jax.Array] = []  # MaxText's buffer: this step's metrics, read one step late
     for step in range(steps):
         starts.append(time.perf_counter())
-        batch = constant if constant is not None else next(it)
+        batch = constant if synthetic else next(it)
+        if habits.host_wait_ms:
+            time.sleep(habits.host_wait_ms / 1000.0)
+        if habits.host_cpu_ms:
+            burn_cpu(habits.host_cpu_ms / 1000.0)
         params, loss = train_step(params, batch["x"], batch["y"])
         if read == "float":
             print(f"step {step} loss {float(loss):.4f}")
@@ -171,6 +259,10 @@ def train(
             print(f"step {step} loss {jax.device_get(loss):.4f}")
         elif read == "block":
             loss.block_until_ready()
+        elif read == "item":
+            print(f"step {step} loss {loss.item():.4f}")
+        elif read == "asarray":
+            print(f"step {step} loss {np.asarray(loss):.4f}")
         elif read == "prev":
             if previous is not None:
                 print(f"step {step - 1} loss {float(previous):.4f}")
@@ -181,12 +273,27 @@ def train(
             if metrics and step % 10 == 0:
                 print(f"step {step - 1} loss {float(metrics[-1]):.4f}")
             metrics = [loss]
+        if habits.eval_every and step % habits.eval_every == habits.eval_every - 1:
+            assert constant is not None
+            losses = [
+                eval_step(params, constant["x"], constant["y"]) for _ in range(habits.eval_batches)
+            ]
+            print(f"step {step} eval loss {float(sum(losses)) / len(losses):.4f}")
+        if habits.checkpoint_every and step % habits.checkpoint_every == (
+            habits.checkpoint_every - 1
+        ):
+            checkpoint(params, Path(scratch.name), habits.checkpoint_ms / 1000.0)
     jax.block_until_ready(params)
+    scratch.cleanup()
     starts.append(time.perf_counter())
     return starts
 
 
-def main(argv: list[str] | None = None) -> None:
+def habits_from(args: argparse.Namespace) -> Habits:
+    return Habits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Habits)})
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", choices=sorted(RECORD_COSTS), default="io")
     parser.add_argument("--workers", type=int, default=1, help="mp_prefetch worker processes")
@@ -202,13 +309,25 @@ def main(argv: list[str] | None = None) -> None:
         default=HIDDEN_LAYERS,
         help="hidden layers of the MLP: more make a longer step",
     )
+    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N")
+    parser.add_argument("--checkpoint-ms", type=float, default=250.0, metavar="MS")
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N")
+    parser.add_argument("--eval-batches", type=int, default=20, metavar="K")
+    parser.add_argument("--host-wait-ms", type=float, default=0.0, metavar="MS")
+    parser.add_argument("--host-cpu-ms", type=float, default=0.0, metavar="MS")
+    parser.add_argument("--callback-ms", type=float, default=0.0, metavar="MS")
+    parser.add_argument("--device-repeat", type=int, default=0, metavar="R")
     parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
     parser.add_argument(
         "--profiler-port",
         type=int,
         help="serve jax's profiler on this port (jax.profiler.start_server), for capture --attach",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     flags.FLAGS.mark_as_parsed()  # Grain's worker processes read absl flags
     if args.profiler_port:
         jax.profiler.start_server(args.profiler_port)
@@ -221,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         args.steps,
         args.synthetic,
         args.hidden_layers,
+        habits_from(args),
     )
     if args.stats_json:
         text = json.dumps({"args": vars(args), "starts_s": starts})
