@@ -64,7 +64,7 @@ def test_written_keys_are_declared(path: Path) -> None:
 #: fields.)
 NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     # tests/test_short_runs.py: test_a_short_run_leaves_a_trace_timed_by_completed_steps.
-    SC.SidecarJSON: {"early_trace"},
+    SC.SidecarJSON: {"early_trace", "stack_samples"},
     SC.StepJSON: {"done_unix_ns"},
 }
 

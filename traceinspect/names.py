@@ -14,8 +14,10 @@ import re
 # --- what `traceinspect capture` writes (main thread, inside the window only) --------------
 ANN_STEP = "traceinspect/step"  # one step (stats step_index, step_num)
 ANN_NEXT_BATCH = "traceinspect/next_batch"  # the loop waiting for a Grain batch
-ANN_HOST_READ = "traceinspect/host_read"  # a host read of a device value (stat kind)
+ANN_HOST_READ = "traceinspect/host_read"  # a host read of a device value (stats kind, site)
 ANNOTATIONS = (ANN_STEP, ANN_NEXT_BATCH, ANN_HOST_READ)
+READ_KIND_STAT = "kind"  # how the read was made: __float__, item, device_get, ...
+READ_SITE_STAT = "site"  # where: the user's "file.py:line function" that made the read
 
 # --- steps ------------------------------------------------------------------------------
 STEP_NUM = "step_num"  # jax.profiler.StepTraceAnnotation's stat

@@ -83,6 +83,7 @@ Fields (times in Unix ns):
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -133,6 +134,18 @@ class StepJSON(TypedDict):
     #: When the step's device work finished (its last jitted call's output ready; null when
     #: no output could be waited on). Differences of these are the device's throughput.
     done_unix_ns: int | None
+
+
+class StackSamplesJSON(TypedDict):
+    """The training thread's Python stack, looked at every ``interval_ms`` while the trace
+    was on (``capture/_child/sampler.py``): when (``t_unix_ns``), and where (``site``: an
+    index into ``sites``, each ``file.py:line function``, with ``(in module function)`` when
+    the thread was inside a library's function; ``""`` when no frame was the user's)."""
+
+    interval_ms: float
+    t_unix_ns: list[int]
+    site: list[int]
+    sites: list[str]
 
 
 class EarlyTraceJSON(TypedDict):
@@ -259,6 +272,7 @@ class ChildReportJSON(TypedDict, total=False):
     process_index: int | None
     process_count: int | None
     global_arrays: list[GlobalArrayJSON]
+    stack_samples: StackSamplesJSON | None
 
 
 class PhaseJSON(TypedDict):
@@ -434,6 +448,16 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class StackSamples:
+    """The training thread's sampled stack (:class:`StackSamplesJSON`), read."""
+
+    interval_ms: float
+    t_unix_ns: tuple[int, ...]
+    site: tuple[int, ...]  # index into sites, one per sample
+    sites: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Sidecar:
     """A capture sidecar, read. ``data`` is the file as written, for fields no analysis
     reads (the command, versions, options, ...)."""
@@ -457,6 +481,8 @@ class Sidecar:
     local_devices: int | None = None
     #: Global arrays the script built from its loop's batches (the first few).
     global_arrays: tuple[GlobalArray, ...] = ()
+    #: The training thread's sampled Python stack while tracing (None: not sampled).
+    stack_samples: StackSamples | None = None
 
     def traced_step_walls_ms(self) -> list[float]:
         """Host wall times of the traced steps (those with a next step), in order."""
@@ -552,7 +578,28 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
         global_arrays=tuple(
             a for a in map(_read_global_array, _read_list(raw.get("global_arrays"))) if a
         ),
+        stack_samples=_read_stack_samples(raw.get("stack_samples")),
     )
+
+
+def _read_stack_samples(value: object) -> StackSamples | None:
+    """The samples, or None when absent or damaged (lists of unequal length, an index out
+    of the table, a time or index that is not an integer)."""
+    if not isinstance(value, Mapping):
+        return None
+    v = cast(StackSamplesJSON, value)
+    interval = _read_float(v.get("interval_ms"))
+    times, where, sites = (_read_list(v.get(k)) for k in ("t_unix_ns", "site", "sites"))
+    if (
+        interval is None
+        or not math.isfinite(interval)
+        or len(times) != len(where)
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in times)
+        or not all(isinstance(i, int) and 0 <= i < len(sites) for i in where)
+        or not all(isinstance(site, str) for site in sites)
+    ):
+        return None
+    return StackSamples(interval, tuple(times), tuple(where), tuple(sites))
 
 
 def _read_global_array(value: object) -> GlobalArray | None:

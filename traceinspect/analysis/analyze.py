@@ -44,6 +44,7 @@ from traceinspect.analysis.result import (
     Table,
     Timeline,
 )
+from traceinspect.analysis.stalls import RecurringStall, StallNature, recurring_stall, stall_nature
 from traceinspect.analysis.steps import Steps, find_steps
 from traceinspect.analysis.training_thread import (
     HostActivity,
@@ -127,6 +128,9 @@ def analyze(trace: Trace) -> Analysis:
     }
     verdict = _verdict(fractions, per_step)
     sites = sync_sites(gaps)
+    stall, nature = _recurring_stall(trace, steps, gaps, host)
+    if stall is not None and nature is not None:
+        verdict = _stall_verdict(verdict, fractions, stall, nature)
     window_info, window_note = window_check(trace.sidecar)
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
@@ -141,6 +145,18 @@ def analyze(trace: Trace) -> Analysis:
         trace.sidecar, verdict, fractions, sites, summary_of_steps.typical_ms,
         input_per_step, device_per_step, stages,
     )  # fmt: skip
+    if stall is not None and nature is not None:
+        # The stall's own advice replaces the generic word on the host's work.
+        rest = tuple(r for r in advice if r.kind != "reduce_host_overhead")
+        advice = (_stall_advice(stall, nature, device_per_step), *rest)
+    elif host.loop_code is not None and fractions["host"] >= MATTERS:
+        step_ns = summary_of_steps.typical_ms * 1e6
+        advice = tuple(
+            _loop_code_advice(r, host, steps, gaps, step_ns, device_per_step)
+            if r.kind == "reduce_host_overhead"
+            else r
+            for r in advice
+        )
     grain = trace.sidecar.grain if trace.sidecar is not None else None
     checks = findings(
         verdict=verdict.verdict,
@@ -162,8 +178,12 @@ def analyze(trace: Trace) -> Analysis:
         idle_by_cause_ms={c: round(by_cause[c] / 1e6, 4) for c in CAUSES},
         cause_fractions={c: round(fractions[c], 4) for c in CAUSES},
         verdict=verdict.verdict,
-        summary=summary_text(
-            verdict.verdict, verdict.top, fractions, input_per_step, device_per_step
+        summary=(
+            _stall_summary(stall, nature)
+            if verdict.top == "stall" and stall is not None and nature is not None
+            else summary_text(
+                verdict.verdict, verdict.top, fractions, input_per_step, device_per_step
+            )
         ),
         input_ms_per_step=round(input_per_step / 1e6, 4),
         device_busy_ms_per_step=round(device_per_step / 1e6, 4),
@@ -177,6 +197,11 @@ def analyze(trace: Trace) -> Analysis:
         input_stages=stages,
         findings=checks,
         first_batches=grain.first_batches if grain is not None else (),
+        recurring_stall=(
+            None
+            if stall is None or nature is None
+            else {**stall.to_dict(), "what": nature.kind, "in_window": nature.in_window}
+        ),
         timeline=Timeline(
             busy=activity.busy,
             thread=Intervals.claim_in_order([(c, getattr(host, c)) for c in PRECEDENCE]),
@@ -205,7 +230,14 @@ def _advice(
     advice = recommendations(
         verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
     )
-    if (sidecar is not None and sidecar.grain is not None) or input_per_step > 0:
+    # The worker count only where input matters: "keep 2 workers, expected step 2.78 ms"
+    # said of a loop held back by its own checkpoints tells the user nothing true.
+    input_matters = (
+        verdict.verdict in ("input-bound", "sync-bound") or fractions["input"] >= MATTERS
+    )
+    if input_matters and (
+        (sidecar is not None and sidecar.grain is not None) or input_per_step > 0
+    ):
         workers = recommend_workers(
             worker_inputs(
                 verdict.verdict,
@@ -302,6 +334,133 @@ def _verdict(fractions: dict[str, float], per_step: Table) -> _Verdict:
         # Idle time that nothing on the host explains: say so rather than pick a cause.
         top, verdict = "unknown", "unknown"
     return _Verdict(verdict, top, occasional_sync, sync_steps)
+
+
+# The verdict a recurring stall gives the run, by what it is (evaluation is device work).
+_STALL_VERDICT = {
+    "checkpoint": "host-bound",
+    "host": "host-bound",
+    "sync": "host-bound",
+    "unseen": "host-bound",
+    "input": "input-bound",
+    "compile": "compile-bound",
+    "evaluation": "device-bound",
+}
+
+
+def _recurring_stall(
+    trace: Trace, steps: Steps, gaps: Table, host: HostActivity
+) -> tuple[RecurringStall | None, StallNature | None]:
+    """The stall recurring over the whole run (capture's sidecar), when it costs a share of
+    the run's step time that matters, and what its occurrences in the window show."""
+    sidecar = trace.sidecar
+    if sidecar is None:
+        return None, None
+    stall = recurring_stall(sidecar.steps)
+    if stall is None or stall.share < MATTERS:
+        return None, None
+    base = trace.metadata.get("profile_start_time")
+    nature = stall_nature(
+        stall, sidecar.steps, base if isinstance(base, int) else None, steps, gaps, host
+    )
+    return stall, nature
+
+
+def _stall_verdict(
+    verdict: _Verdict, fractions: dict[str, float], stall: RecurringStall, nature: StallNature
+) -> _Verdict:
+    """The run is judged by its stall when the stall costs more of the run's step time than
+    any cause does inside the window (a 20-step window may hold one occurrence or none)."""
+    others = max(fractions[c] for c in VERDICTS if c != "host") if VERDICTS else 0.0
+    if stall.share <= others:
+        return verdict
+    return _Verdict(_STALL_VERDICT[nature.kind], "stall", False, verdict.sync_steps)
+
+
+def _stall_summary(stall: RecurringStall, nature: StallNature) -> str:
+    return (
+        f"Every {stall.period} steps the loop stalls {stall.cost_ns / 1e6:,.0f} ms "
+        f"({nature.what()}): {stall.per_step_ns / 1e6:.2f} ms per step over the run, "
+        f"{stall.share:.0%} of its step time ({len(stall.indices)} stalls in "
+        f"{stall.period * len(stall.indices)} steps seen)."
+    )
+
+
+def _loop_code_advice(
+    rec: Recommendation,
+    host: HostActivity,
+    steps: Steps,
+    gaps: Table,
+    step_ns: float,
+    device_per_step: float,
+) -> Recommendation:
+    """The host's-work advice, naming the loop's own code when most of the host's idle time
+    is spent there (where it sits in the step, what the stack sampler saw), with the step
+    expected without it (never below the device's work per step)."""
+    assert host.loop_code is not None
+    lo, hi = int(steps.starts[0]), int(steps.ends[-1])
+    found = host.loop_code.described(lo, hi)
+    idle_host = int(gaps["host"].sum())
+    # Of the device's idle time given to the host, the part in the loop's own code.
+    own_idle = int(host.loop_code.spans.overlap_with(gaps[S.START_NS], gaps[S.END_NS]).sum())
+    if found is None or own_idle < idle_host / 2:
+        return rec
+    total, where, sites = found
+    per_step = total / len(steps)
+    expected = max(device_per_step, step_ns - per_step) / 1e6
+    what = f"at {sites[0][0]} " if sites else ""
+    return Recommendation(
+        rec.kind,
+        f"The loop's own code {what}({where}, {per_step / 1e6:.2f} ms a step on the "
+        f"training thread, with nothing traced) leaves the device idle "
+        f"{idle_host / max(1, int(steps.wall_ns.sum())):.0%} of step time: move that work off "
+        "the training thread (a background thread or queue), do it less often, or overlap it "
+        f"with the device's step (after dispatching it); expected step time {expected:.2f} ms.",
+        where=tuple(site for site, _ in sites[:3]) or None,
+        expected_step_ms=round(expected, 4),
+    )
+
+
+def _stall_advice(
+    stall: RecurringStall, nature: StallNature, device_per_step: float
+) -> Recommendation:
+    """What to do about the stall, with the run's step time expected without it (never
+    below the device's work per step)."""
+    expected = max(stall.expected_ns, device_per_step) / 1e6
+    cost = f"{stall.cost_ns / 1e6:,.0f} ms every {stall.period} steps"
+    fixes = {
+        "checkpoint": (
+            f"Checkpoint asynchronously ({cost} now): Orbax's CheckpointManager with "
+            "enable_async_checkpointing=True copies the arrays to the host and writes them in "
+            "the background (MaxText: async_checkpointing=true); or checkpoint less often"
+        ),
+        "host": (
+            f"Move the loop's own work ({cost}) off the training thread (a background thread "
+            "or queue), or do it less often"
+        ),
+        "sync": f"Read device values less often or one step late ({cost})",
+        "evaluation": (
+            f"Evaluate less often or on fewer batches ({cost}: device time spent outside "
+            "training steps)"
+        ),
+        "input": (
+            f"Prefetch deeper so the recurring wait for input ({cost}) is hidden: more "
+            "prefetch buffer per worker, or more read threads"
+        ),
+        "compile": f"Keep shapes fixed so that jit does not recompile ({cost})",
+        "unseen": (
+            f"Trace a window that holds one of these stalls ({cost}; capture --steps "
+            f"{2 * stall.period}) to see what it is"
+        ),
+    }
+    where = f" ({nature.sites[0][0]})" if nature.sites else ""
+    return Recommendation(
+        "recurring_stall",
+        f"{fixes[nature.kind]}{where}; expected step time {expected:.2f} ms "
+        f"(the run's mean is {stall.mean_ns / 1e6:.2f} ms).",
+        expected_step_ms=round(expected, 4),
+        where=tuple(site for site, _ in nature.sites[:3]) or None,
+    )
 
 
 # Below this share of step time, idle time with a program waiting is not worth a note.

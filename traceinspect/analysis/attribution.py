@@ -24,7 +24,7 @@ from traceinspect import schema as S
 from traceinspect.analysis.arrays import longest_first
 from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
-from traceinspect.analysis.training_thread import HostActivity
+from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES, KNEE_TOLERANCE, PRECEDENCE
 
@@ -97,10 +97,21 @@ def gap_table(
     )
     if not input_bound and sync_hides:
         # The host was held by the read until the device finished: what it did next
-        # (fetch, dispatch, or untraced Python) is late because of the sync.
-        parts["sync"] = np.where(synced, parts["sync"] + late, parts["sync"])
+        # (fetch, dispatch, or untraced Python) is late because of the sync, up to the
+        # device's step: without the read, the host could have done that much while the
+        # device ran the step before. What it did beyond that (a checkpoint's file write
+        # after reading the parameters: hundreds of ms) would idle the device anyway, and
+        # keeps its own cause.
+        cap = busy_per_step * KNEE_TOLERANCE
+        of_period = per_period[period] if len(period) else np.zeros(0)
+        kept = np.where(of_period > cap, 1.0 - cap / np.maximum(of_period, 1.0), 0.0)
+        kept = np.where(synced, kept, 1.0)
+        moved = np.zeros(len(starts))
         for cause in ("input", "host", "unknown"):
-            parts[cause] = np.where(synced, 0, parts[cause])
+            stays = np.round(parts[cause] * kept).astype(np.int64)
+            moved += parts[cause] - stays
+            parts[cause] = stays
+        parts["sync"] = parts["sync"] + moved.astype(np.int64)
     return {
         S.STEP: steps.numbers[step_index],
         S.STEP_INDEX: step_index,
@@ -159,6 +170,9 @@ def evidence(
     # Outermost events first: a Grain __next__ explains more than its children.
     for name, category, overlap in host.events_in(g0, g1):
         out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
+    loop = host.loop_code.described(g0, g1) if host.loop_code is not None else None
+    if loop is not None and loop[0] >= (g1 - g0) // 10:
+        out.append(loop_code_sentence(*loop, of="of the gap"))
     if gap["compile"] > 0:
         out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
     if 10 * gap["runtime"] >= g1 - g0:
@@ -175,6 +189,17 @@ def evidence(
             "Python tracer off: capture with --python-tracer to see it)"
         )
     return out
+
+
+def loop_code_sentence(ns: int, where: str, sites: list[tuple[str, int]], of: str) -> str:
+    """``the loop's own code (untraced) 250.10 ms of the gap, after the dispatch: sampled at
+    train.py:231 save (in npyio save) 48 of 50 looks``."""
+    text = f"the loop's own code (untraced) {ns / 1e6:.2f} ms {of}, {where}"
+    if sites:
+        looks = sum(n for _, n in sites)
+        named = ", ".join(f"{site} {n} of {looks} looks" for site, n in sites[:2])
+        text += f": sampled at {named}"
+    return text
 
 
 def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_ns: int) -> None:
@@ -205,7 +230,7 @@ def attach_sync_sites(gaps: Table, host: HostActivity) -> None:
     for p0 in set(periods[gaps[S.AFTER_SYNC]].tolist()):
         read = host.read_ending_at(int(p0))
         if read is not None:
-            found[int(p0)] = read[3] or read[0]
+            found[int(p0)] = read_site_label(read[0], read[3])
     sites = np.empty(len(periods), dtype=object)
     sites[:] = [found.get(p0) for p0 in periods.tolist()]
     gaps[S.SYNC_SITE] = sites

@@ -197,6 +197,9 @@ class Analysis:
     findings: tuple[Finding, ...] = ()
     #: Digests of the first batches the loop drew (from capture): a pod compares its hosts'.
     first_batches: tuple[str, ...] = field(default=(), repr=False)
+    #: A stall that recurs every N steps over the whole run (a synchronous checkpoint,
+    #: evaluation): ``analysis/stalls.py``'s figures and what it is; None without one.
+    recurring_stall: dict[str, Any] | None = None
 
     @cached_property
     def per_step(self) -> pd.DataFrame:
@@ -267,6 +270,7 @@ class Analysis:
             "window": self.window,
             "input_stages": self.input_stages.to_dict() if self.input_stages else None,
             "findings": [f.to_dict() for f in self.findings],
+            "recurring_stall": self.recurring_stall,
         }
 
 

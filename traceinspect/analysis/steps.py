@@ -283,13 +283,39 @@ def window_start(trace: Trace) -> int | None:
 
 def _from_window(trace: Trace, steps: Steps) -> Steps:
     """``steps`` without those before capture's window (the warm-up the early trace holds;
-    not counted as dropped at the edges)."""
+    not counted as dropped at the edges), and without the last one when the script ended
+    inside the window or before it opened: that step's end is the script's way out (the
+    interpreter's exit, Grain's workers shutting down), not the next step's start (counted
+    as dropped at the edges)."""
+    keep = np.ones(len(steps.starts), dtype=bool)
     at = window_start(trace)
-    if at is None:
-        return steps
-    keep = steps.starts >= at
+    if at is not None:
+        keep &= steps.starts >= at
+    window = trace.sidecar.window if trace.sidecar is not None else None
+    dropped = steps.dropped
+    if window is not None and not window.complete and keep.any():
+        last = int(np.flatnonzero(keep)[-1])
+        if steps.ends[last] >= _last_step_end(trace):
+            keep[last] = False
+            dropped += 1
     if keep.all():
         return steps
     return replace(
-        steps, starts=steps.starts[keep], ends=steps.ends[keep], numbers=steps.numbers[keep]
+        steps,
+        starts=steps.starts[keep],
+        ends=steps.ends[keep],
+        numbers=steps.numbers[keep],
+        dropped=dropped,
     )
+
+
+def _last_step_end(trace: Trace) -> int:
+    """Where the last step of a capture that ended inside its window may end at the
+    earliest to be the script's way out: the start of the last step capture saw begin
+    (the sidecar's last step), in the trace's time; the trace's end without one."""
+    base = trace.metadata.get("profile_start_time")
+    sidecar = trace.sidecar
+    starts = [s.start_unix_ns for s in sidecar.steps if s.start_unix_ns] if sidecar else []
+    if not starts or not isinstance(base, int):
+        return trace.end_ns
+    return max(starts) - base

@@ -12,7 +12,12 @@ compiler threads). The names come from what jax, XLA, Grain, tf.data and
   wait is the time between the pair), ``ToLiteral``, TPU ``TransferD2HRequest``.
 - compile: XLA compilation on compiler threads, and compile/lowering events on the
   training thread.
-- host: any other traced event on the training thread (dispatch, Python when traced).
+- host: any other traced event on the training thread (dispatch, Python when traced), and
+  in a capture's trace the loop's own code: ``traceinspect capture`` stamps every batch
+  the loop draws, every read of a device value and every dispatch, so the rest of the
+  thread's time inside its steps is the loop's own (untraced) Python: a checkpoint's file
+  write, a queue, a sleep. capture's stack sampler (the sidecar's ``stack_samples``) names
+  it by ``file.py:line function``.
 
 A training thread with the Python tracer on holds millions of events but a few thousand
 distinct names: every name is matched once, and events are selected by their name's code,
@@ -299,19 +304,100 @@ class Reads:
     starts: np.ndarray  # int64 ns
     ends: np.ndarray  # int64 ns
     names: list[str]  # the event's name, with the kind of read capture recorded
+    #: Where the read was made (``train.py:57 train``), as capture recorded it; None where
+    #: the trace does not say.
+    sites: list[str | None] = field(default_factory=list)
 
     @classmethod
     def empty(cls) -> Reads:
-        return cls(np.empty(0, np.int64), np.empty(0, np.int64), [])
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), [], [])
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray, names: list[str]) -> Reads:
+    def of(
+        cls,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        names: list[str],
+        sites: list[str | None] | None = None,
+    ) -> Reads:
         starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        order = np.lexsort((-ends, starts))
-        return cls(starts[order], ends[order], [names[i] for i in order.tolist()])
+        order = np.lexsort((-ends, starts)).tolist()
+        where = sites if sites is not None else [None] * len(names)
+        return cls(starts[order], ends[order], [names[i] for i in order], [where[i] for i in order])
+
+    def site(self, position: int) -> str | None:
+        return self.sites[position] if position < len(self.sites) else None
 
     def __len__(self) -> int:
         return len(self.starts)
+
+
+@dataclass(frozen=True, eq=False)
+class SampledStack:
+    """capture's samples of the training thread's stack, on the trace's clock."""
+
+    t_ns: np.ndarray  # int64, trace time, ascending
+    site: np.ndarray  # int index into sites
+    sites: tuple[str, ...]
+
+    @classmethod
+    def of(cls, trace: Trace) -> SampledStack | None:
+        sidecar = trace.sidecar
+        samples = sidecar.stack_samples if sidecar is not None else None
+        base = trace.metadata.get("profile_start_time")
+        if samples is None or not isinstance(base, int) or not samples.t_unix_ns:
+            return None
+        t = np.asarray(samples.t_unix_ns, dtype=np.int64) - base
+        order = np.argsort(t, kind="stable")
+        return cls(t[order], np.asarray(samples.site, dtype=np.int64)[order], samples.sites)
+
+    def sites_in(self, spans: Intervals) -> list[tuple[str, int]]:
+        """(site, samples) of the samples inside ``spans``, the most frequent first; samples
+        outside any of the user's frames are left out."""
+        if len(spans) == 0 or len(self.t_ns) == 0:
+            return []
+        k = np.searchsorted(spans.starts, self.t_ns, side="right") - 1
+        inside = (k >= 0) & (self.t_ns < spans.ends[np.maximum(k, 0)])
+        counts = np.bincount(self.site[inside], minlength=len(self.sites))
+        order = np.argsort(-counts, kind="stable")
+        return [
+            (self.sites[i], int(counts[i])) for i in order.tolist() if counts[i] and self.sites[i]
+        ]
+
+
+@dataclass(frozen=True, eq=False)
+class LoopCode:
+    """The loop's own code: the training thread's time inside its steps that no event
+    covers (a capture's trace only), where it sits, and what the sampler saw there."""
+
+    spans: Intervals
+    #: The starts and ends of what capture stamps (batches, reads, dispatches) and the
+    #: kind of each (``next()``, ``read``, ``dispatch``), ordered by end.
+    marks_end: np.ndarray
+    marks_kind: list[str]
+    samples: SampledStack | None
+
+    def described(self, lo: int, hi: int) -> tuple[int, str, list[tuple[str, int]]] | None:
+        """(ns of ``[lo, hi)`` in the loop's own code, where it sits, sampled sites), or
+        None when none of it is."""
+        part = self.spans.clip(lo, hi)
+        total = part.total
+        if total <= 0:
+            return None
+        # Where: after the last stamped event that ended before the longest stretch began.
+        longest = int(np.argmax(part.ends - part.starts))
+        at = int(part.starts[longest])
+        k = int(np.searchsorted(self.marks_end, at, side="right")) - 1
+        where = _WHERE[self.marks_kind[k]] if k >= 0 else "before anything else of the step"
+        sites = self.samples.sites_in(part) if self.samples is not None else []
+        return total, where, sites
+
+
+_WHERE = {
+    "input": "after next() returned a batch",
+    "sync": "after a read of a device value",
+    "dispatch": "after the dispatch",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -326,6 +412,8 @@ class HostActivity:
     events: ThreadEvents | None  # the training thread's events (None: no thread found)
     sync_events: Reads  # the blocking reads (Await pairs become one)
     frames: PythonFrames | None = None  # the user's own Python frames (Python tracer on)
+    #: The loop's own untraced code (part of ``host``; a capture's trace only).
+    loop_code: LoopCode | None = None
 
     def read_ending_at(self, at_ns: int) -> tuple[str, int, int, str | None] | None:
         """The blocking read that was still waiting at ``at_ns`` (began before, ended at or
@@ -338,7 +426,7 @@ class HostActivity:
         first = int(hit[0])
         start = int(waits.starts[first])
         site = self.frames.innermost_at(start) if self.frames else None
-        return waits.names[first], start, int(waits.ends[first]), site
+        return waits.names[first], start, int(waits.ends[first]), site or waits.site(first)
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping
@@ -423,6 +511,29 @@ class PythonFrames:
 
 
 _AWAIT_LABEL = "block_until_ready (Await)"
+# How the user spelled each kind of read capture records.
+_SPELLING = {
+    "__float__": "float()",
+    "__int__": "int()",
+    "__bool__": "bool()",
+    "__index__": "operator.index()",
+    "item": ".item()",
+    "tolist": ".tolist()",
+    "__array__": "np.asarray()",
+    "block_until_ready": ".block_until_ready()",
+    "device_get": "jax.device_get()",
+}
+_KIND_IN_LABEL = re.compile(r"\((?P<kind>[^()]+)\)$")
+
+
+def read_site_label(name: str, site: str | None) -> str:
+    """How the analysis names a read: ``float() at train.py:57 train`` when the site is
+    known (capture records it; the Python tracer shows it), else the event's name."""
+    if not site:
+        return name
+    m = _KIND_IN_LABEL.search(name)
+    spelled = _SPELLING.get(m.group("kind")) if m else None
+    return f"{spelled} at {site}" if spelled else site
 
 
 def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -451,21 +562,31 @@ def _await_waits(trace: Trace, awaits: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return start[keep], end[keep]
 
 
-def _sync_labels(trace: Trace, rows: np.ndarray) -> list[str]:
-    """Event names, with the kind of read ``traceinspect capture`` recorded when present
-    (``traceinspect/host_read (__float__)``)."""
+def _string_stat(trace: Trace, rows: np.ndarray, stat: str) -> dict[int, str]:
+    """Event row -> the string value of ``stat`` for those of ``rows`` that carry it."""
     c = trace.columns
-    kinds = c.stat_rows("kind")
-    mine = members(kinds["owner"], rows)
-    kind_of: dict[int, str] = {}
-    strings = c.strings(kinds[S.STR_VALUE][mine])
-    for row, kind in zip(kinds["owner"][mine].tolist(), strings, strict=True):
-        kind_of.setdefault(row, str(kind))
+    found = c.stat_rows(stat)
+    mine = members(found["owner"], rows)
+    out: dict[int, str] = {}
+    strings = c.strings(found[S.STR_VALUE][mine])
+    for row, value in zip(found["owner"][mine].tolist(), strings, strict=True):
+        out.setdefault(row, str(value))
+    return out
+
+
+def _sync_labels(trace: Trace, rows: np.ndarray) -> tuple[list[str], list[str | None]]:
+    """Event names, with the kind of read ``traceinspect capture`` recorded when present
+    (``traceinspect/host_read (__float__)``), and the site it recorded (the user's
+    ``file.py:line function`` that made the read) or None."""
+    c = trace.columns
+    kind_of = _string_stat(trace, rows, N.READ_KIND_STAT)
+    site_of = _string_stat(trace, rows, N.READ_SITE_STAT)
     names = [c.event_names[k] for k in c.events[S.NAME][rows].tolist()]
-    return [
+    labels = [
         f"{name} ({kind_of[row]})" if row in kind_of else name
         for row, name in zip(rows.tolist(), names, strict=True)
     ]
+    return labels, [site_of.get(row) or None for row in rows.tolist()]
 
 
 def guess_training_line(trace: Trace) -> int | None:
@@ -525,11 +646,14 @@ def host_activity(
     main_line_row: int | None,
     markers: tuple[str, ...] = (),
     thread: ThreadEvents | None = None,
+    own_code: bool = False,
 ) -> HostActivity:
     """Categorised activity of the training thread ``main_line_row``; ``markers`` are
     step envelope events (``StepTraceAnnotation`` names): they span whole steps and are
     not work, so they are left out. ``thread``: that thread's events, when the caller has
-    them (:func:`thread_events`)."""
+    them (:func:`thread_events`). ``own_code``: the thread's untraced time inside the step
+    envelopes is the loop's own code (``host``): true of a capture's trace, where every
+    batch, read and dispatch is stamped."""
     compile_starts, compile_ends = _compile_line_spans(trace)
     if main_line_row is None:
         empty = Intervals.empty()
@@ -552,24 +676,51 @@ def host_activity(
     wait_starts, wait_ends = _await_waits(trace, _rows_at(line, thread.named(_AWAIT)))
     sync_rows = _rows_at(line, thread.named(N.SYNC_EVENT))
     sync_starts, sync_ends = trace.columns.spans(sync_rows)
+    labels, sites = _sync_labels(trace, sync_rows)
     sync_events = Reads.of(
         np.concatenate((sync_starts, wait_starts)),
         np.concatenate((sync_ends, wait_ends)),
-        _sync_labels(trace, sync_rows) + [_AWAIT_LABEL] * len(wait_starts),
+        labels + [_AWAIT_LABEL] * len(wait_starts),
+        sites + [None] * len(wait_starts),
     )
     compile_iv = Intervals.union_of(
         np.concatenate((compile_starts, starts[is_compile])),
         np.concatenate((compile_ends, line.end_at(is_compile))),
     )
+    busy = thread.busy()
+    loop = _loop_code(trace, thread, busy) if own_code else None
     return HostActivity(
         main_line_row=main_line_row,
         input=Intervals.union_of(starts[is_input], line.end_at(is_input)),
         sync=Intervals.union_of(sync_events.starts, sync_events.ends),
         compile=compile_iv,
-        host=thread.busy(),
+        host=busy if loop is None else busy.union(loop.spans),
         events=thread,
         sync_events=sync_events,
         frames=user_frames(thread),
+        loop_code=loop,
+    )
+
+
+def _loop_code(trace: Trace, thread: ThreadEvents, busy: Intervals) -> LoopCode | None:
+    """The thread's time inside its steps (the step envelopes) that no event covers."""
+    line = thread.line
+    envelopes = thread.with_kind(_IS_ENVELOPE)
+    if len(envelopes) == 0:
+        return None
+    steps = Intervals.union_of(line.starts[envelopes], line.end_at(envelopes))
+    marks = [
+        (kind, thread.named(regex))
+        for kind, regex in (("input", N.INPUT_EVENT), ("sync", N.SYNC_EVENT), ("dispatch", N.PJIT))
+    ]
+    ends = np.concatenate([line.end_at(pos) for _, pos in marks])
+    kinds = [kind for kind, pos in marks for _ in range(len(pos))]
+    order = np.argsort(ends, kind="stable")
+    return LoopCode(
+        steps.difference(busy),
+        ends[order],
+        [kinds[i] for i in order.tolist()],
+        SampledStack.of(trace),
     )
 
 
@@ -592,4 +743,5 @@ def training_thread_activity(
     main_line = steps.main_line_row
     if main_line is None:
         main_line = guess_training_line(trace)
-    return host_activity(trace, main_line, steps.marker_names, thread)
+    captured = trace.sidecar is not None and N.ANN_STEP in steps.marker_names
+    return host_activity(trace, main_line, steps.marker_names, thread, own_code=captured)

@@ -59,6 +59,8 @@ class CaptureOptions:
     device_tracer_level: int = 1
     workers: int | None = None
     grain_worker_profiling: bool = True
+    #: How often the training thread's Python stack is sampled while tracing (0: never).
+    sample_interval_ms: float = 5.0
     quiet: bool = False
     kill_grace_s: float = 30.0
     #: A run directory shared by every capture that names it (one per host of a pod); None
@@ -336,6 +338,7 @@ def _child_config(
         "device_tracer_level": options.device_tracer_level,
         "workers": options.workers,
         "grain_worker_profiling": options.grain_worker_profiling,
+        "sample_interval_ms": options.sample_interval_ms,
         "quiet": options.quiet,
     }
 

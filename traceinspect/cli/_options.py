@@ -181,6 +181,7 @@ class ProfilerSettings:
     python_tracer: bool
     device_tracer_level: int
     grain_worker_profiling: bool
+    sample_interval_ms: float = 5.0
 
     def capture_kwargs(self) -> dict[str, Any]:
         """As keyword arguments of :class:`traceinspect.capture.CaptureOptions`."""
@@ -199,6 +200,7 @@ def profiler_options(func: F) -> F:
         "python_tracer",
         "device_tracer_level",
         "grain_worker_profiling",
+        "sample_interval_ms",
     )
 
     @functools.wraps(func)
@@ -248,6 +250,14 @@ def profiler_options(func: F) -> F:
             default=True,
             show_default=True,
             help="Trace Grain mp_prefetch workers where jax and Grain support it.",
+        ),
+        click.option(
+            "--sample-interval-ms",
+            type=click.FloatRange(min=0.0),
+            default=5.0,
+            show_default=True,
+            help="Look at the training thread's Python stack this often while tracing, to "
+            "name the loop's own untraced code by file:line (0: off).",
         ),
     ]
     decorated: Any = wrapper

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
 import types
@@ -153,6 +154,33 @@ def _describe_global_array(
     return None
 
 
+# Frames of these files are not the user's: the read's site is the first frame outside them
+# (``float(loss)`` in train.py, not jax's ``__float__`` or numpy's ``asarray``).
+_NOT_USER = tuple(
+    f"{os.sep}{part}{os.sep}" for part in ("jax", "jaxlib", "numpy", "flax", "optax", "keras")
+) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+# Frames walked up at most: a read under a framework's helpers is still found.
+_SITE_DEPTH = 24
+
+
+def caller_site(depth: int = 2) -> str:
+    """``file.py:line function`` of the user's frame that made this call (the first frame
+    outside jax, numpy, the frameworks and capture itself), or "" when none is found."""
+    try:
+        frame: Any = sys._getframe(depth)
+    except ValueError:
+        return ""
+    for _ in range(_SITE_DEPTH):
+        if frame is None:
+            break
+        code = frame.f_code
+        file = code.co_filename
+        if not file.startswith("<") and not any(part in file for part in _NOT_USER):
+            return f"{os.path.basename(file)}:{frame.f_lineno} {code.co_name}"
+        frame = frame.f_back
+    return ""
+
+
 def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not cap.tracing() or not cap.active():
@@ -169,8 +197,15 @@ def _host_read(cap: _Capture, orig: Callable[..., Any], *, kind: str) -> Callabl
                 cap.window_read_ns += time.perf_counter_ns() - start
                 cap.window_reads += 1
                 cap.in_host_read = False
-        with cap.annotate(ANN_HOST_READ, kind=kind):
+        if cap.in_host_read:
+            # Inside another read (device_get's copies): the outer one carries the site.
             return orig(*args, **kwargs)
+        cap.in_host_read = True
+        try:
+            with cap.annotate(ANN_HOST_READ, kind=kind, site=caller_site()):
+                return orig(*args, **kwargs)
+        finally:
+            cap.in_host_read = False
 
     wrapper.__name__ = getattr(orig, "__name__", kind)
     wrapper.__doc__ = getattr(orig, "__doc__", None)

@@ -89,6 +89,7 @@ def build_report(cap: _State) -> ChildReportJSON:
         "process_index": distributed["process_index"],
         "process_count": distributed["process_count"],
         "global_arrays": cap.global_arrays,
+        "stack_samples": cap.sampler.report() if cap.sampler is not None else None,
     }
     if cap.timing is not None:
         cast("PhaseReportJSON", report)["phase"] = {

@@ -19,6 +19,7 @@ from ._base import SOURCE_TIME, _StopAfter, _Terminated, _warn
 from .grain_patches import _patch_grain, grain_method_hint, workers_vs_files_hint
 from .hooks import _PostImportFinder
 from .jax_patches import _patch_jax, _patch_multihost_utils
+from .sampler import StackSampler
 from .window import _Capture
 
 
@@ -59,6 +60,12 @@ def _run(config: dict[str, Any]) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
     if cap.forced in ("auto", SOURCE_TIME) and cap.timing is None:
         cap.start_time_window()
+    interval_ms = float(config.get("sample_interval_ms") or 0.0)
+    if interval_ms > 0 and cap.timing is None:
+        ident = threading.main_thread().ident
+        if ident is not None:
+            cap.sampler = StackSampler(ident, cap.tracing, interval_ms / 1000.0)
+            cap.sampler.start()
 
     target: str = config["target"]
     # Python put the entry file's directory (this package's) first on sys.path; the script

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child ru
         WorkersMeasuredJSON,
     )
 
+    from .sampler import StackSampler
+
 # Bounded so that a million-step run does not grow the report without limit: the first
 # _MAX_STEPS_KEPT steps' start times are kept, and past them the window's steps, up to
 # _MAX_WINDOW_STEPS_KEPT more (a loader drained alone in isolate can pass 10,000 batches
@@ -186,6 +188,8 @@ class _State:
         self.window_read_ns = 0
         self.window_reads = 0
         self.in_host_read = False
+        #: The training thread's stack sampler (sampler.py), while the trace is on.
+        self.sampler: StackSampler | None = None
 
     def active(self) -> bool:
         """Hooks do nothing in forked children and outside the main thread."""

@@ -1,0 +1,160 @@
+"""A low-rate sampler of the training thread's Python stack while the trace is on.
+
+With the Python tracer off (the default: it makes traces ~100x larger), the trace says what
+the training thread did only where jax, Grain or capture wrote an event: the loop's own code
+between them (a checkpoint's file write, a queue, a lookup, a sleep) is a stretch with
+nothing in it. A thread of capture's looks at the training thread's innermost frames every
+``interval_s`` (``sys._current_frames()``, the training thread only) and keeps, for each
+look, the time and the user's frame it was in (``train.py:231 save_checkpoint``, with the
+library function below it when the thread was inside one: ``(in numpy save)``), so the
+analysis names that untraced time by function and line.
+
+It costs the training thread the GIL for a few microseconds per look (the frame walk is
+cached by code object and line): ``benchmarks/capture_overhead.py`` measures it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceinspect.sidecar import StackSamplesJSON
+
+#: Seconds between looks while the trace is on: ~200 a second, coarse next to a 10 ms step's
+#: parts but enough to name any stretch of host time that matters (a few ms and up).
+INTERVAL_S = 0.005
+#: Seconds between checks of whether the trace is on, while it is not.
+IDLE_INTERVAL_S = 0.05
+#: Looks kept at most (~4 min of tracing at the default interval): the sidecar stays small.
+MAX_SAMPLES = 50_000
+#: Frames walked from the innermost outwards to find the user's.
+_DEPTH = 48
+# Frames of these folders are libraries' (the standard library's, installed packages') or
+# capture's own, never the user's code.
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY_PARTS = (
+    f"{os.sep}site-packages{os.sep}",
+    f"{os.sep}dist-packages{os.sep}",
+    os.path.dirname(os.__file__) + os.sep,
+    _HERE,
+)
+
+
+# When the loop itself is an installed package's (MaxText's trainer, Keras' fit), its frames
+# are named instead: the first frame outside these.
+_BELOW_THE_LOOP = tuple(
+    f"{os.sep}{name}{os.sep}" for name in ("jax", "jaxlib", "numpy", "grain", "absl")
+) + (os.path.dirname(os.__file__) + os.sep, _HERE)
+
+
+def _is_library(file: str) -> bool:
+    return file.startswith("<") or any(part in file for part in _LIBRARY_PARTS)
+
+
+def _is_below_the_loop(file: str) -> bool:
+    return file.startswith("<") or any(part in file for part in _BELOW_THE_LOOP)
+
+
+class StackSampler:
+    """Samples one thread's stack while ``tracing()`` says the trace is on."""
+
+    def __init__(
+        self,
+        thread_ident: int,
+        tracing: Callable[[], bool],
+        interval_s: float = INTERVAL_S,
+        max_samples: int = MAX_SAMPLES,
+    ) -> None:
+        self._ident = thread_ident
+        self._tracing = tracing
+        self.interval_s = interval_s
+        self._max = max_samples
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t_ns = array("q")
+        self.site = array("i")
+        self.sites: list[str] = []
+        self._site_index: dict[str, int] = {}
+        # (code object, line) of the innermost frame -> the site's index: most looks land on
+        # a few lines (a sleep, a write), so the walk is done once per place.
+        self._cache: dict[tuple[Any, int], int] = {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, name="traceinspect-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._tracing():
+                self._stop.wait(IDLE_INTERVAL_S)
+                continue
+            if len(self.t_ns) >= self._max:
+                return
+            frame = sys._current_frames().get(self._ident)
+            if frame is not None:
+                self.t_ns.append(time.time_ns())
+                self.site.append(self._index_of(frame))
+            del frame
+            self._stop.wait(self.interval_s)
+
+    def _index_of(self, frame: Any) -> int:
+        key = (frame.f_code, frame.f_lineno)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._intern(_site(frame))
+            if len(self._cache) < 10_000:
+                self._cache[key] = found
+        return found
+
+    def _intern(self, site: str) -> int:
+        index = self._site_index.get(site)
+        if index is None:
+            index = self._site_index[site] = len(self.sites)
+            self.sites.append(site)
+        return index
+
+    def report(self) -> StackSamplesJSON | None:
+        if not self.t_ns:
+            return None
+        return {
+            "interval_ms": round(self.interval_s * 1000.0, 3),
+            "t_unix_ns": self.t_ns.tolist(),
+            "site": self.site.tolist(),
+            "sites": list(self.sites),
+        }
+
+
+def _site(frame: Any) -> str:
+    """``file.py:line function`` of the innermost frame of the user's own code, followed by
+    ``(in module function)`` of the innermost frame when that is a library's; ``""`` when
+    no frame of the user's is on the stack."""
+    stack = []
+    while frame is not None and len(stack) < _DEPTH:
+        stack.append(frame)
+        frame = frame.f_back
+    if not stack:
+        return ""
+    code = stack[0].f_code
+    library = None
+    if _is_library(code.co_filename):
+        library = f"{os.path.splitext(os.path.basename(code.co_filename))[0]} {code.co_name}"
+    for test in (_is_library, _is_below_the_loop):
+        for f in stack:
+            if not test(f.f_code.co_filename):
+                where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} {f.f_code.co_name}"
+                return f"{where} (in {library})" if library and f is not stack[0] else where
+    return f"(in {library})" if library else ""
