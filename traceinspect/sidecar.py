@@ -599,7 +599,12 @@ def _read_stack_samples(value: object) -> StackSamples | None:
         or not all(isinstance(site, str) for site in sites)
     ):
         return None
-    return StackSamples(interval, tuple(times), tuple(where), tuple(sites))
+    return StackSamples(
+        interval,
+        tuple(cast(list[int], times)),
+        tuple(cast(list[int], where)),
+        tuple(cast(list[str], sites)),
+    )
 
 
 def _read_global_array(value: object) -> GlobalArray | None:

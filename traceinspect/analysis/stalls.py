@@ -185,7 +185,7 @@ def stall_nature(
     chosen = _window_steps(stall, sidecar_steps, base_ns, steps, gaps)
     if not chosen:
         return StallNature("unseen")
-    by_cause = dict.fromkeys(CAUSES, 0)
+    by_cause: dict[str, int] = dict.fromkeys(CAUSES, 0)
     read_site: str | None = None
     for k in chosen:
         mine = gaps[S.STEP_INDEX] == k
@@ -194,7 +194,8 @@ def stall_nature(
         sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
         read_site = read_site or (sites[0] if sites else None)
     spans = Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
-    where, sampled = None, ()
+    where: str | None = None
+    sampled: tuple[tuple[str, int], ...] = ()
     if host.loop_code is not None:
         described = [
             host.loop_code.described(int(a), int(b))

@@ -11,6 +11,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._base import ANN_HOST_READ, SOURCE_ANNOTATION, SOURCE_JIT
@@ -156,9 +157,10 @@ def _describe_global_array(
 
 # Frames of these files are not the user's: the read's site is the first frame outside them
 # (``float(loss)`` in train.py, not jax's ``__float__`` or numpy's ``asarray``).
-_NOT_USER = tuple(
-    f"{os.sep}{part}{os.sep}" for part in ("jax", "jaxlib", "numpy", "flax", "optax", "keras")
-) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_NOT_USER = (
+    *(f"{os.sep}{part}{os.sep}" for part in ("jax", "jaxlib", "numpy", "flax", "optax", "keras")),
+    f"{Path(__file__).resolve().parent}{os.sep}",
+)
 # Frames walked up at most: a read under a framework's helpers is still found.
 _SITE_DEPTH = 24
 
@@ -176,7 +178,7 @@ def caller_site(depth: int = 2) -> str:
         code = frame.f_code
         file = code.co_filename
         if not file.startswith("<") and not any(part in file for part in _NOT_USER):
-            return f"{os.path.basename(file)}:{frame.f_lineno} {code.co_name}"
+            return f"{file.rsplit(os.sep, 1)[-1]}:{frame.f_lineno} {code.co_name}"
         frame = frame.f_back
     return ""
 

@@ -21,6 +21,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,20 +38,27 @@ MAX_SAMPLES = 50_000
 _DEPTH = 48
 # Frames of these folders are libraries' (the standard library's, installed packages') or
 # capture's own, never the user's code.
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_HERE = f"{Path(__file__).resolve().parent}{os.sep}"
+_STDLIB = f"{Path(os.__file__).parent}{os.sep}"
 _LIBRARY_PARTS = (
     f"{os.sep}site-packages{os.sep}",
     f"{os.sep}dist-packages{os.sep}",
-    os.path.dirname(os.__file__) + os.sep,
+    _STDLIB,
     _HERE,
 )
 
 
 # When the loop itself is an installed package's (MaxText's trainer, Keras' fit), its frames
 # are named instead: the first frame outside these.
-_BELOW_THE_LOOP = tuple(
-    f"{os.sep}{name}{os.sep}" for name in ("jax", "jaxlib", "numpy", "grain", "absl")
-) + (os.path.dirname(os.__file__) + os.sep, _HERE)
+_BELOW_THE_LOOP = (
+    *(f"{os.sep}{name}{os.sep}" for name in ("jax", "jaxlib", "numpy", "grain", "absl")),
+    _STDLIB,
+    _HERE,
+)
+
+
+def _file_name(path: str) -> str:
+    return path.rsplit(os.sep, 1)[-1]
 
 
 def _is_library(file: str) -> bool:
@@ -86,9 +94,7 @@ class StackSampler:
         self._cache: dict[tuple[Any, int], int] = {}
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._loop, name="traceinspect-sampler", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name="traceinspect-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -142,7 +148,7 @@ def _site(frame: Any) -> str:
     """``file.py:line function`` of the innermost frame of the user's own code, followed by
     ``(in module function)`` of the innermost frame when that is a library's; ``""`` when
     no frame of the user's is on the stack."""
-    stack = []
+    stack: list[Any] = []
     while frame is not None and len(stack) < _DEPTH:
         stack.append(frame)
         frame = frame.f_back
@@ -151,10 +157,10 @@ def _site(frame: Any) -> str:
     code = stack[0].f_code
     library = None
     if _is_library(code.co_filename):
-        library = f"{os.path.splitext(os.path.basename(code.co_filename))[0]} {code.co_name}"
+        library = f"{_file_name(code.co_filename).removesuffix('.py')} {code.co_name}"
     for test in (_is_library, _is_below_the_loop):
         for f in stack:
             if not test(f.f_code.co_filename):
-                where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} {f.f_code.co_name}"
+                where = f"{_file_name(f.f_code.co_filename)}:{f.f_lineno} {f.f_code.co_name}"
                 return f"{where} (in {library})" if library and f is not stack[0] else where
     return f"(in {library})" if library else ""
