@@ -13,10 +13,10 @@ loop that runs ahead of the device and reads every 10th step waits there for the
 (47 ms in ``family/read_every10_w0``, 32 steps queued) and then bursts through the next
 steps, a "stall" that costs nothing. A step is a stall when it takes more than
 :data:`STALL_FACTOR` times the median step and at least :data:`STALL_MIN_NS` more; stalls
-recur when at least :data:`MIN_OCCURRENCES` of them are spaced by one period (the most
-common spacing, give or take one step, for at least :data:`PERIOD_AGREEMENT` of the
-spacings). Each occurrence costs its time above the median step; the run pays their sum
-spread over its steps.
+recur on a lattice of steps (every p-th step from some step) when at least
+:data:`MIN_OCCURRENCES` of them lie on it and they are at least :data:`PERIOD_AGREEMENT` of
+its steps (of such lattices, the one holding the most stalls). Each occurrence costs its
+time above the median step; the run pays their sum spread over its steps.
 
 Limits: a run without completion stamps (a jitted step that returns nothing capture can wait
 on, or a sidecar older than them) is not searched; a stall shorter than :data:`STALL_FACTOR`
@@ -48,7 +48,7 @@ STALL_FACTOR = 3.0
 STALL_MIN_NS = 2_000_000
 #: Occurrences needed to call a stall recurring.
 MIN_OCCURRENCES = 3
-#: The share of the spacings between stalls that must match the period (give or take one).
+#: The share of a lattice's steps that must be stalls.
 PERIOD_AGREEMENT = 0.6
 #: Steps at the run's start left out: step 0 compiles, step 1 may still.
 SKIP_FIRST = 2
@@ -116,18 +116,26 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     at = index[stall]
     if len(at) < MIN_OCCURRENCES:
         return None
-    spacing = np.diff(at)
-    values = np.unique(spacing)
-    # The period: the spacing that, give or take one step (a stall may land on the step
-    # before or after in the host's series), matches the most spacings; the largest of equals.
-    near = np.array([np.count_nonzero(np.abs(spacing - v) <= 1) for v in values])
-    period = int(values[np.flatnonzero(near == near.max())[-1]])
-    if period < 2 or near.max() < PERIOD_AGREEMENT * len(spacing):
+    # The period and phase: the lattice of steps (every p-th, from some step) that holds the
+    # most stalls, among those where most of its steps are stalls. Other slow steps (the
+    # profiler writing, a busy machine) fall off it; a multiple of the period holds fewer
+    # stalls, a divisor of it too few of its steps.
+    best: tuple[int, int, int] | None = None  # (stalls on it, period, phase)
+    for period in sorted({int(d) for d in np.diff(at) if d >= 2}):
+        for phase in sorted({int(i) % period for i in at}):
+            on = index % period == phase
+            hits = int(np.count_nonzero(stall & on))
+            enough = hits >= MIN_OCCURRENCES and hits >= PERIOD_AGREEMENT * np.count_nonzero(on)
+            if enough and (best is None or hits > best[0]):
+                best = (hits, period, phase)
+    if best is None:
         return None
+    _, period, phase = best
+    stall &= index % period == phase
     extra = value[stall] - median
     return RecurringStall(
         period=period,
-        indices=tuple(int(i) for i in at),
+        indices=tuple(int(i) for i in index[stall]),
         cost_ns=float(np.median(extra)),
         mean_ns=float(np.mean(value)),
         median_ns=median,

@@ -1,0 +1,109 @@
+"""capture's stack sampler of the training thread, and the site of a host read."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from traceinspect import sidecar as SC
+from traceinspect.capture._child.jax_patches import caller_site
+from traceinspect.capture._child.sampler import StackSampler
+from traceinspect.intervals import Intervals
+
+
+def save_checkpoint(stop: threading.Event, tracing: threading.Event) -> None:
+    tracing.set()
+    while not stop.is_set():
+        time.sleep(0.001)  # the slow storage
+
+
+def _sample_a_thread(seconds: float) -> tuple[StackSampler, Any]:
+    stop, tracing = threading.Event(), threading.Event()
+    worker = threading.Thread(target=save_checkpoint, args=(stop, tracing))
+    worker.start()
+    tracing.wait(5)
+    assert worker.ident is not None
+    sampler = StackSampler(worker.ident, tracing.is_set, interval_s=0.002)
+    sampler.start()
+    time.sleep(seconds)
+    tracing.clear()
+    time.sleep(0.06)  # the sampler sees the trace end
+    sampler.stop()
+    stop.set()
+    worker.join()
+    return sampler, sampler.report()
+
+
+def test_the_sampler_names_the_users_function_and_line() -> None:
+    sampler, report = _sample_a_thread(0.3)
+    assert report is not None
+    # ~150 looks at 2 ms; a loaded machine takes fewer.
+    assert len(report["t_unix_ns"]) >= 20
+    assert len(report["t_unix_ns"]) == len(report["site"])
+    sites = {report["sites"][i] for i in report["site"]}
+    line = save_checkpoint.__code__.co_firstlineno + 3
+    assert sites == {f"test_sampler.py:{line} save_checkpoint"}
+    assert report["interval_ms"] == 2.0
+    times = np.array(report["t_unix_ns"])
+    assert (np.diff(times) > 0).all()
+
+
+def test_the_sampler_is_idle_while_the_trace_is_off() -> None:
+    tracing = threading.Event()
+    sampler = StackSampler(threading.get_ident(), tracing.is_set, interval_s=0.001)
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler.report() is None
+
+
+def test_the_samples_read_back_from_the_sidecar() -> None:
+    _, report = _sample_a_thread(0.1)
+    assert report is not None
+    read = SC.parse({"schema_version": 1, "stack_samples": json.loads(json.dumps(report))})
+    assert read is not None and read.stack_samples is not None
+    assert read.stack_samples.t_unix_ns == tuple(report["t_unix_ns"])
+    assert read.stack_samples.sites == tuple(report["sites"])
+
+
+def test_damaged_samples_read_as_absent() -> None:
+    good = {"interval_ms": 5.0, "t_unix_ns": [1, 2], "site": [0, 0], "sites": ["a.py:1 f"]}
+    for damage in (
+        {"site": [0, 1]},  # an index past the table
+        {"t_unix_ns": [1]},  # lists of unequal length
+        {"t_unix_ns": [1.5, 2]},  # not an integer time
+        {"interval_ms": float("nan")},
+        {"sites": [3]},
+    ):
+        read = SC.parse({"schema_version": 1, "stack_samples": {**good, **damage}})
+        assert read is not None and read.stack_samples is None, damage
+    read = SC.parse({"schema_version": 1, "stack_samples": good})
+    assert read is not None and read.stack_samples is not None
+
+
+def _read_loss() -> str:
+    return caller_site()  # as the read wrapper calls it: its caller is the user
+
+
+def test_a_reads_site_is_the_callers_line() -> None:
+    # The frame that called the wrapper (_read_loss stands for it): this test.
+    site = _read_loss()
+    line = test_a_reads_site_is_the_callers_line.__code__.co_firstlineno + 2
+    assert site == f"test_sampler.py:{line} test_a_reads_site_is_the_callers_line"
+
+
+def test_samples_inside_spans_by_site() -> None:
+    from traceinspect.analysis.training_thread import SampledStack
+
+    samples = SampledStack(
+        np.array([5, 15, 25, 35, 45], dtype=np.int64),
+        np.array([0, 1, 1, 2, 1]),
+        ("a.py:1 f", "b.py:2 g", ""),
+    )
+    spans = Intervals.union_of(np.array([10, 30]), np.array([26, 50]))
+    # 15, 25 and 45 are b.py; 35 is outside the user's frames.
+    assert samples.sites_in(spans) == [("b.py:2 g", 3)]

@@ -1,0 +1,104 @@
+"""Stalls that recur every N steps, found over the whole run (analysis/stalls.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceinspect.analysis.stalls import recurring_stall
+from traceinspect.sidecar import HostStep
+
+MS = 1_000_000
+
+
+def _run(
+    step_ms: list[float], *, completions: bool = True, start_ns: int = 10**18
+) -> tuple[HostStep, ...]:
+    """Steps whose device work finished ``step_ms[i]`` after the step before's."""
+    done = start_ns + np.cumsum(np.array(step_ms) * MS).astype(np.int64)
+    return tuple(
+        HostStep(
+            index=i,
+            step_num=None,
+            start_unix_ns=int(done[i] - 5 * MS),
+            wall_ms=step_ms[i],
+            traced=False,
+            done_unix_ns=int(done[i]) if completions else None,
+        )
+        for i in range(len(step_ms))
+    )
+
+
+def _checkpointing(steps: int, period: int, step_ms: float, stall_ms: float) -> list[float]:
+    return [step_ms + (stall_ms if i % period == period - 1 else 0.0) for i in range(steps)]
+
+
+def test_a_checkpoint_every_25_steps() -> None:
+    run = _run(_checkpointing(400, 25, 8.0, 250.0))
+    stall = recurring_stall(run)
+    assert stall is not None
+    assert stall.period == 25
+    assert stall.indices[:3] == (24, 49, 74)
+    assert len(stall.indices) == 16
+    assert abs(stall.cost_ns / MS - 250.0) < 1e-6
+    # 16 stalls of 250 ms over the 397 steps of the series (from step 3): 10.08 ms a step.
+    assert abs(stall.per_step_ns / MS - 16 * 250.0 / 397) < 1e-6
+    assert abs(stall.expected_ns / MS - 8.0) < 1e-6
+    assert 0.5 < stall.share < 0.6
+
+
+def test_a_period_longer_than_any_window() -> None:
+    stall = recurring_stall(_run(_checkpointing(600, 150, 10.0, 400.0)))
+    assert stall is not None
+    assert (stall.period, stall.indices) == (150, (149, 299, 449, 599))
+
+
+def test_no_stall_in_a_steady_or_noisy_run() -> None:
+    rng = np.random.default_rng(0)
+    assert recurring_stall(_run([10.0] * 300)) is None
+    assert recurring_stall(_run(list(rng.uniform(5.0, 20.0, 300)))) is None
+
+
+def test_slow_steps_at_random_are_not_recurring() -> None:
+    rng = np.random.default_rng(1)
+    times = [10.0] * 400
+    for i in rng.choice(400, 12, replace=False):
+        times[int(i)] = 200.0
+    assert recurring_stall(_run(times)) is None
+
+
+def test_the_hosts_step_times_alone_are_not_searched() -> None:
+    """A loop that runs ahead waits at its periodic read for the whole queue, then bursts:
+    its host step times recur like a stall that costs nothing (family/read_every10_w0)."""
+    times = _checkpointing(400, 10, 1.0, 47.0)
+    assert recurring_stall(_run(times, completions=False)) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    period=st.integers(min_value=5, max_value=80),
+    phase=st.integers(min_value=0, max_value=79),
+    stall_ms=st.floats(min_value=60.0, max_value=2000.0),
+    noise=st.lists(st.integers(min_value=3, max_value=599), max_size=15),
+)
+def test_the_lattice_is_found_among_other_slow_steps(
+    period: int, phase: int, stall_ms: float, noise: list[int]
+) -> None:
+    """Other slow steps (the profiler writing, a busy machine) fall off the lattice."""
+    phase %= period
+    times = [10.0] * 600
+    on = [i for i in range(3, 600) if i % period == phase]
+    for i in on:
+        times[i] += stall_ms
+    for i in noise:
+        if i % period != phase:
+            times[i] += 40.0
+    stall = recurring_stall(_run(times))
+    if len(on) < 3:
+        assert stall is None or stall.period != period
+        return
+    assert stall is not None
+    assert stall.period == period
+    assert set(stall.indices) == set(on)
+    assert abs(stall.cost_ns / MS - stall_ms) < 1e-3
