@@ -63,9 +63,8 @@ def test_written_keys_are_declared(path: Path) -> None:
 #: (The MaxText captures, sample_traces/maxtext/, now hold the worker's and the host's newest
 #: fields.)
 NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
-    # tests/test_short_runs.py: test_a_short_run_leaves_a_trace_timed_by_completed_steps.
-    SC.SidecarJSON: {"early_trace", "stack_samples"},
-    SC.StepJSON: {"done_unix_ns"},
+    # tests/capture/test_loop_habits.py: test_a_synchronous_checkpoint_every_25_steps.
+    SC.SidecarJSON: {"stack_samples"},
 }
 
 

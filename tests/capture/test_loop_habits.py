@@ -1,0 +1,84 @@
+"""What a training loop does between its steps, on default captures (issue 31): a
+synchronous checkpoint every N steps, the loop's own waiting between ``next()`` and the
+dispatch, and a per-step read named by its line. The script is the scenario family's
+(``sample_traces/scenarios/family/train_family.py``, its habit flags), ~10 ms of XLA work a
+step on this machine's CPU backend; the numbers its truth rests on are measured without the
+profiler in ``sample_traces/scenarios/family/MEASUREMENTS.md`` ("Loop habits") and on a GPU
+in ``sample_traces/gpu/``."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import REPO
+
+import traceinspect
+from traceinspect.capture import CaptureOptions, run_capture
+
+pytestmark = [pytest.mark.slow, pytest.mark.stack]
+
+FAMILY = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
+LIGHT = ["--record", "light", "--workers", "2"]
+
+
+def _capture(tmp_path: Path, *args: str) -> traceinspect.Trace:
+    """A default capture (no option but the log folder) of the family's loop."""
+    command = [sys.executable, str(FAMILY), *args]
+    result = run_capture(command, CaptureOptions(logdir=str(tmp_path), quiet=True))
+    assert result.exit_code == 0, result.summary()
+    return traceinspect.load(result.run_dir, use_cache=False)
+
+
+def _line_of(pattern: str) -> int:
+    """The line of the family script that matches ``pattern`` (its first)."""
+    lines = FAMILY.read_text(encoding="utf-8").splitlines()
+    return next(n for n, text in enumerate(lines, 1) if re.search(pattern, text))
+
+
+def test_a_synchronous_checkpoint_every_25_steps(tmp_path: Path) -> None:
+    trace = _capture(tmp_path, *LIGHT, "--checkpoint-every", "25", "--steps", "400")
+    assert trace.sidecar is not None and trace.sidecar.stack_samples is not None
+    analysis = traceinspect.analyze(trace)
+    stall = analysis.recurring_stall
+    assert stall is not None, analysis.summary
+    assert stall["period_steps"] == 25
+    # 250 ms of storage a checkpoint, plus the copy and the write.
+    assert 240 <= stall["cost_ms"] <= 400, stall
+    assert stall["what"] == "checkpoint", stall
+    assert analysis.verdict == "host-bound", analysis.summary
+    read = f"jax.device_get() at train_family.py:{_line_of(r'host = jax.device_get')} checkpoint"
+    assert read in analysis.summary
+    advice = analysis.recommendations[0]
+    assert advice.kind == "recurring_stall"
+    assert "Checkpoint asynchronously" in advice.message
+    # The run without its checkpoints: at least the device's work per step.
+    assert advice.expected_step_ms is not None
+    assert analysis.device_busy_ms_per_step <= advice.expected_step_ms
+    assert advice.expected_step_ms < stall["run_mean_step_ms"]
+
+
+def test_the_loops_own_waiting_is_host_time_named_by_its_line(tmp_path: Path) -> None:
+    trace = _capture(tmp_path, *LIGHT, "--host-wait-ms", "30", "--steps", "250")
+    analysis = traceinspect.analyze(trace)
+    assert analysis.cause_fractions["unknown"] < 0.02, analysis.cause_fractions
+    line = _line_of(r"time\.sleep\(habits\.host_wait_ms")
+    site = f"train_family.py:{line} train"
+    evidence = [e for row in analysis.gap_columns["evidence"] for e in row]
+    assert any("the loop's own code" in e and site in e for e in evidence), evidence[:8]
+    assert any("after next() returned a batch" in e for e in evidence)
+    # 30 ms of waiting against ~10 ms of device work: the host holds the device back.
+    assert analysis.verdict == "host-bound", analysis.summary
+    host = next(r for r in analysis.recommendations if r.kind == "reduce_host_overhead")
+    assert host.where is not None and site in host.where
+
+
+def test_a_per_step_reads_site_is_the_users_line(tmp_path: Path) -> None:
+    args = ["--record", "light", "--read", "item", "--workers", "0", "--read-threads", "0"]
+    trace = _capture(tmp_path, *args, "--steps", "250")
+    analysis = traceinspect.analyze(trace)
+    line = _line_of(r"loss\.item\(\)")
+    assert analysis.sync_sites[0] == f".item() at train_family.py:{line} train"
+    assert analysis.verdict == "sync-bound", analysis.summary
