@@ -47,6 +47,18 @@ KEPT: dict[str, tuple[str, str, str, str]] = {
         "light_w2",
         "a synchronous checkpoint every 25 steps (device_get, np.save, 250 ms of storage)",
     ),
+    "checkpoint_long": (
+        "checkpoint60",
+        "host-bound",
+        "light_w2",
+        "a synchronous checkpoint every 60 steps, a period longer than the default window",
+    ),
+    "eval": (
+        "eval20",
+        "device-bound",
+        "light_w2",
+        "an evaluation every 20 steps (20 jitted forward passes, their mean read): cheap",
+    ),
     "host_wait": (
         "host_wait14",
         "host-bound",

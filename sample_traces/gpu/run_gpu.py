@@ -58,22 +58,33 @@ TRUTH: dict[str, list[str]] = {
     "read_item_w0": read_w0("item"),
     "light_w2": LIGHT,
     "checkpoint25": [*LIGHT, "--checkpoint-every", "25", "--checkpoint-ms", "250"],
+    "checkpoint60": [*LIGHT, "--checkpoint-every", "60", "--checkpoint-ms", "250"],
+    "checkpoint_rare": [*LIGHT, "--checkpoint-every", "100", "--checkpoint-ms", "30"],
+    "eval20": [*LIGHT, "--eval-every", "20", "--eval-batches", "20"],
     "callback6": [*LIGHT, "--callback-ms", "6"],
     "host_wait14": [*LIGHT, "--host-wait-ms", "14"],
 }
-STEPS = {"checkpoint25": 300, "io_w1": 160, "io_w2": 160}
+STEPS = {
+    "checkpoint25": 300,
+    "checkpoint60": 360,
+    "checkpoint_rare": 400,
+    "io_w1": 160,
+    "io_w2": 160,
+}
 # The captures (default options; each a fresh process), in order of value.
 CAPTURES = [
-    "read_float_w0",
-    "io_w1",
     "checkpoint25",
-    "callback6",
-    "host_wait14",
-    "light_w2",
-    "io_w4",
+    "checkpoint60",
     "read_item_w0",
+    "host_wait14",
+    "io_w1",
+    "callback6",
+    "light_w2",
+    "eval20",
+    "checkpoint_rare",
+    "read_float_w0",
 ]
-CAPTURE_STEPS = {"io_w1": 260, "checkpoint25": 400}
+CAPTURE_STEPS = {"io_w1": 260, "checkpoint25": 400, "checkpoint60": 600, "checkpoint_rare": 600}
 
 
 def env_facts() -> dict[str, Any]:
