@@ -62,10 +62,7 @@ def test_written_keys_are_declared(path: Path) -> None:
 #: Fields newer than every bundled capture, each checked in a real capture by the test named.
 #: (The MaxText captures, sample_traces/maxtext/, now hold the worker's and the host's newest
 #: fields.)
-NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
-    # tests/capture/test_loop_habits.py: test_a_synchronous_checkpoint_every_25_steps.
-    SC.SidecarJSON: {"stack_samples"},
-}
+NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {}
 
 
 def test_every_declared_key_was_written() -> None:

@@ -2,12 +2,15 @@
 
 Run from the repository root, after ``run_gpu.py --out OUT`` came back from the GPU::
 
-    python sample_traces/gpu/keep.py OUT
+    python sample_traces/gpu/keep.py OUT [--earlier EARLIER_OUT]
 
 For each cause in :data:`KEPT` it writes ``sample_traces/gpu/<cause>/``: the trace
 (gzipped: ``vm.xplane.pb.gz``), the capture sidecar, and ``truth.json`` (the verdict the
 timings without the profiler say, ``label``, with those timings), and it prints the entries
-for ``sample_traces/manifest.json``.
+for ``sample_traces/manifest.json``. A run cut short by its deadline may lack the truth of
+a configuration it captured: ``--earlier`` names the output of an earlier run on the same kind
+of GPU whose truth stands in, and ``truth.json`` says so (``truth_from``), with both runs'
+figures for the baseline they share.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ HERE = Path(__file__).resolve().parent
 # cause folder -> (run name, label, the run it is compared with, why that label).
 KEPT: dict[str, tuple[str, str, str, str]] = {
     "sync_bound": (
-        "read_float_w0",
+        "read_item_w0",
         "sync-bound",
         "read_none_w0",
-        "float(loss) every step; the same loop without the read runs at the device's step",
+        "loss.item() every step; the same loop without the read runs at the device's step",
     ),
     "input_bound": (
         "io_w1",
@@ -74,16 +77,22 @@ KEPT: dict[str, tuple[str, str, str, str]] = {
 }
 
 
-def keep(out: Path) -> list[dict[str, Any]]:
+def keep(out: Path, earlier: Path | None = None) -> list[dict[str, Any]]:
     truth = json.loads((out / "truth.json").read_text(encoding="utf-8"))
     env = json.loads((out / "env.json").read_text(encoding="utf-8"))
     best: dict[str, float] = truth["best_ms"]
     knee = _knee(best)
+    before = json.loads((earlier / "truth.json").read_text("utf-8")) if earlier else None
     entries = []
     for cause, (run, label, baseline, what) in KEPT.items():
         source = out / "runs" / run
         if not (source / "vm.xplane.pb").exists():
             continue
+        this = truth
+        if run not in best:
+            if before is None or run not in before["best_ms"]:
+                continue
+            this = before
         target = HERE / cause
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
@@ -93,18 +102,25 @@ def keep(out: Path) -> list[dict[str, Any]]:
         ):
             shutil.copyfileobj(f, g)
         shutil.copy2(source / "traceinspect.capture.json", target / "traceinspect.capture.json")
-        record = {
+        mine = this["best_ms"]
+        record: dict[str, Any] = {
             "label": label,
             "what": what,
-            "step_ms": best[run],
+            "step_ms": mine[run],
             "baseline": baseline,
-            "baseline_step_ms": best[baseline],
-            "device_step_ms": best["synthetic"],
-            "figure": truth["figure"],
-            "runs_ms": {run: truth["runs_ms"][run], baseline: truth["runs_ms"][baseline]},
-            "device_repeat": truth["device_repeat"],
+            "baseline_step_ms": mine[baseline],
+            "device_step_ms": mine["synthetic"],
+            "figure": this["figure"],
+            "runs_ms": {run: this["runs_ms"][run], baseline: this["runs_ms"][baseline]},
+            "device_repeat": this["device_repeat"],
             "stack": env,
         }
+        if this is not truth:
+            record["truth_from"] = (
+                f"an earlier run on the same kind of GPU (this run was cut at its deadline "
+                f"before timing {run}); the baseline {baseline} ran {mine[baseline]:.2f} ms "
+                f"there and {best[baseline]:.2f} ms in this run"
+            )
         if run.startswith("io_"):
             record["knee"] = knee
             record["workers_ms"] = {k: v for k, v in best.items() if k.startswith("io_w")}
@@ -114,7 +130,7 @@ def keep(out: Path) -> list[dict[str, Any]]:
             "verdict": label,
             "truth": (
                 f"sample_traces/gpu/run_gpu.py on {env.get('gpu', 'a GPU')}: {what}; "
-                f"{best[run]:.2f} ms/step against {best[baseline]:.2f} for {baseline} "
+                f"{mine[run]:.2f} ms/step against {mine[baseline]:.2f} for {baseline} "
                 f"(gpu/{cause}/truth.json)"
             ),
         }
@@ -134,8 +150,9 @@ def _knee(best: dict[str, float]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="run_gpu.py's --out folder")
+    parser.add_argument("--earlier", type=Path, help="an earlier run's --out, for missing truth")
     args = parser.parse_args()
-    print(json.dumps(keep(args.out), indent=2))
+    print(json.dumps(keep(args.out, args.earlier), indent=2))
 
 
 if __name__ == "__main__":
