@@ -60,3 +60,35 @@ COMPILE_EVENT = re.compile(
 )
 COMPILE_LINE = re.compile(r"^(tf_PjRtCompilerThreadPool|tf_xla-cpu-codegen|tf_xla-compile)")
 PYTHON_FRAME = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) (?P<func>.+)$")
+
+# --- host callbacks inside jitted programs ---------------------------------------------------
+# XLA names a callback's custom call after jax's primitive (jaxlib 0.10-0.12, seen on the CPU
+# backend and on a GPU): `debug_callback.N` (jax.debug.callback), `debug_print.N`
+# (jax.debug.print), `pure_callback.N`, `io_callback.N`. On the CPU backend the name is the
+# thunk's event (stats hlo_op, hlo_module, run_id); on a GPU the executable's annotation of
+# the thunk on the thread that dispatched the program. TPU `XLA Ops` names are HLO text
+# (`%name = ...`). Named scopes change the op_name metadata, not the instruction's name.
+HOST_CALLBACK = re.compile(
+    r"^%?(?P<kind>debug_callback|debug_print|pure_callback|io_callback)(?:\.\d+)?(?:\s|$)"
+)
+CALLBACK_API = {
+    "debug_callback": "jax.debug.callback",
+    "debug_print": "jax.debug.print",
+    "pure_callback": "jax.pure_callback",
+    "io_callback": "io_callback",
+}
+# On a TPU jax lowers a callback to sends and receives to the host (jax's callback.py,
+# `_emit_tpu_python_callback`); the device waits in them while the host runs the callback.
+# From XLA's HLO text, not yet seen in a trace.
+HOST_TRANSFER_OP = re.compile(r"\b(?:send|recv)(?:-done)?\(.*\bis_host_transfer=true")
+# Inside a GPU callback, the host first copies the callback's operands from the device, which
+# waits for the device to reach the callback: the copy's CUDA/HIP calls on the same thread.
+CALLBACK_OPERAND_COPY = re.compile(
+    r"^(?:MemcpyD2H|cuMemcpyDtoH\w*|hipMemcpyDtoH\w*|cuStreamSynchronize|hipStreamSynchronize)$"
+)
+# Python-tracer frames (``file.py:line function``; the tracer names a file by its base name)
+# of jax's callback machinery, which calls the user's function, and of what else it calls
+# there: the conversion of the arguments to arrays (jaxlib 0.10-0.12).
+CALLBACK_WRAPPER_FRAME = re.compile(r"^(?:callback|debugging)\.py:\d+ ")
+CALLBACK_JAX_FRAME = re.compile(r"^(?:api\.py:\d+ device_put|tree_util\.py:\d+ .*)$")
+HLO_OP = "hlo_op"  # the HLO instruction an event ran (XLA CPU ops, GPU kernels and copies)
