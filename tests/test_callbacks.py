@@ -210,3 +210,22 @@ def test_tpu_host_transfer_waits_are_device_wait(tmp_path: Path) -> None:
     assert cb.layout == "tpu"
     assert len(cb) == 0
     assert cb.device_wait.total == 5_000_000
+
+
+@pytest.mark.parametrize(
+    ("run", "without_ms"),
+    # The loop without its callback, measured without the profiler: on the GPU 8.86 ms a step
+    # (gpu/callback/truth.json), on the CPU backend 16.48 (habits/measurements.json).
+    [(GPU_RUN, 8.86), (CPU_RUN, 16.48)],
+    ids=["gpu", "cpu"],
+)
+def test_analyze_names_the_callback_and_the_step_without_it(run: Path, without_ms: float) -> None:
+    analysis = traceinspect.analyze(traceinspect.load(run))
+    assert analysis.verdict == "host-bound"
+    assert "jax.debug.callback" in analysis.summary and "debug_callback.1" in analysis.summary
+    advice = analysis.recommendations[0]
+    assert advice.kind == "host_callback"
+    assert advice.expected_step_ms is not None
+    assert advice.expected_step_ms == pytest.approx(without_ms, rel=0.20)
+    assert advice.expected_step_ms >= analysis.device_busy_ms_per_step
+    assert not any(r.kind == "reduce_host_overhead" for r in analysis.recommendations)

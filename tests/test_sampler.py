@@ -39,7 +39,7 @@ def _sample_a_thread(seconds: float) -> tuple[StackSampler, Any]:
 
 
 def test_the_sampler_names_the_users_function_and_line() -> None:
-    sampler, report = _sample_a_thread(0.3)
+    _, report = _sample_a_thread(0.3)
     assert report is not None
     # ~150 looks at 2 ms; a loaded machine takes fewer.
     assert len(report["t_unix_ns"]) >= 20

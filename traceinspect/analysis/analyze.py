@@ -27,6 +27,7 @@ from traceinspect.analysis.attribution import (
     gap_table,
     sync_sites,
 )
+from traceinspect.analysis.callbacks import Callbacks, host_callbacks
 from traceinspect.analysis.executions import StepWork, step_work
 from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.input_stages import (
@@ -131,6 +132,11 @@ def analyze(trace: Trace) -> Analysis:
     stall, nature = _recurring_stall(trace, steps, gaps, host)
     if stall is not None and nature is not None:
         verdict = _stall_verdict(verdict, fractions, stall, nature)
+    callbacks = host_callbacks(trace, steps, activity)
+    step_ns = summary_of_steps.typical_ms * 1e6
+    callback_share = callbacks.ms_per_step * 1e6 / step_ns if len(callbacks) and step_ns else 0.0
+    if callback_share >= MATTERS and verdict.top != "stall":
+        verdict = _callback_verdict(verdict, fractions, callback_share)
     window_info, window_note = window_check(trace.sidecar)
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
@@ -145,6 +151,11 @@ def analyze(trace: Trace) -> Analysis:
         trace.sidecar, verdict, fractions, sites, summary_of_steps.typical_ms,
         input_per_step, device_per_step, stages,
     )  # fmt: skip
+    if verdict.top == "callback" or callback_share >= MATTERS:
+        # The callback's own advice replaces the generic word on the host's work.
+        rest = tuple(r for r in advice if r.kind not in ("reduce_host_overhead", "device_bound"))
+        expected = _callback_expected_ns(callbacks, step_ns, device_per_step, input_per_step)
+        advice = (_callback_advice(callbacks, step_ns, expected), *rest)
     if stall is not None and nature is not None:
         # The stall's own advice replaces the generic word on the host's work.
         rest = tuple(r for r in advice if r.kind != "reduce_host_overhead")
@@ -181,6 +192,8 @@ def analyze(trace: Trace) -> Analysis:
         summary=(
             _stall_summary(stall, nature)
             if verdict.top == "stall" and stall is not None and nature is not None
+            else _callback_summary(callbacks, step_ns)
+            if verdict.top == "callback"
             else summary_text(
                 verdict.verdict, verdict.top, fractions, input_per_step, device_per_step
             )
@@ -334,6 +347,58 @@ def _verdict(fractions: dict[str, float], per_step: Table) -> _Verdict:
         # Idle time that nothing on the host explains: say so rather than pick a cause.
         top, verdict = "unknown", "unknown"
     return _Verdict(verdict, top, occasional_sync, sync_steps)
+
+
+def _callback_verdict(verdict: _Verdict, fractions: dict[str, float], share: float) -> _Verdict:
+    """Host callbacks inside the jitted step that take more of the step than any cause of idle
+    time (other than the host's, which on a GPU is where their idle time goes) make the run
+    host-bound: on the CPU backend the device even reads busy meanwhile."""
+    others = max(fractions[c] for c in VERDICTS if c != "host")
+    if share <= others:
+        return verdict
+    return _Verdict("host-bound", "callback", verdict.occasional_sync, verdict.sync_steps)
+
+
+def _callback_what(callbacks: Callbacks) -> str:
+    api = callbacks.apis[0] if callbacks.apis else "a host callback"
+    named = [f for f in callbacks.functions if f]
+    function = f" to {named[0]}" if named else ""
+    return f"{api}{function} ({callbacks.names[0]})"
+
+
+def _callback_summary(callbacks: Callbacks, step_ns: float) -> str:
+    return (
+        f"A host callback inside the jitted step, {_callback_what(callbacks)}, runs "
+        f"{callbacks.ms_per_step:.2f} ms of each {step_ns / 1e6:.2f} ms step "
+        f"({callbacks.ms_per_step * 1e6 / step_ns:.0%}): the step cannot end, nor the next be "
+        "prepared, until the host returns from it."
+    )
+
+
+def _callback_expected_ns(
+    callbacks: Callbacks, step_ns: float, device_per_step: float, input_per_step: float
+) -> float:
+    """The step without the callback: where the device idled all along the callback (a
+    GPU), the device's work per step (the rest of that idle period was the callback's too:
+    the host prepared the next step only after it); else the step less the callback's time.
+    Never below the device's work, nor the input's."""
+    alone = callbacks.alone_ms_per_step / max(callbacks.ms_per_step, 1e-9)
+    without = device_per_step if alone >= 0.9 else step_ns - callbacks.ms_per_step * 1e6
+    return max(without, device_per_step, input_per_step)
+
+
+def _callback_advice(callbacks: Callbacks, step_ns: float, expected_ns: float) -> Recommendation:
+    return Recommendation(
+        "host_callback",
+        f"A host callback inside the jitted step, {_callback_what(callbacks)}, holds each step "
+        f"{callbacks.ms_per_step:.2f} ms of {step_ns / 1e6:.2f}: return the values from the "
+        "step and log them from the loop (a step behind, or every N steps), or make the "
+        "callback return at once (hand the values to a queue a thread of yours drains); "
+        "ordered=False is no fix (it is the default); expected step time "
+        f"{expected_ns / 1e6:.2f} ms.",
+        where=callbacks.names[:3] or None,
+        expected_step_ms=round(expected_ns / 1e6, 4),
+    )
 
 
 # The verdict a recurring stall gives the run, by what it is (evaluation is device work).
