@@ -6,7 +6,7 @@ periods (one longer than the default 20-step window) and a rare cheap one, the l
 waiting, a host callback, an evaluation every 20 steps, and per-step reads in two spellings.
 Run from the repository root, on a quiet machine::
 
-    python sample_traces/habits/make_habits.py --repeats 3 --out sample_traces/habits/verify-3.11.json
+    python sample_traces/habits/make_habits.py --out sample_traces/habits/verify-3.11.json
 
 For each configuration: its step time and its fix's (the same loop without the habit) without
 the profiler, best of ``--truth`` runs, interleaved; the label the truth says (the habit's
