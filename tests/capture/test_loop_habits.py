@@ -82,3 +82,17 @@ def test_a_per_step_reads_site_is_the_users_line(tmp_path: Path) -> None:
     line = _line_of(r"loss\.item\(\)")
     assert analysis.sync_sites[0] == f".item() at train_family.py:{line} train"
     assert analysis.verdict == "sync-bound", analysis.summary
+
+
+@pytest.mark.parametrize(
+    ("record", "verdict"),
+    # One read thread: 24 ms of input a batch against a ~10 ms device step (slower than the
+    # device: removing the read leaves the step as it is), and 4.8 ms (keeps up).
+    [("slow", "input-bound"), ("light", "sync-bound")],
+)
+def test_a_per_step_read_over_a_pipeline_slower_than_the_device_is_input_bound(
+    tmp_path: Path, record: str, verdict: str
+) -> None:
+    args = ["--record", record, "--workers", "0", "--read-threads", "1", "--read", "float"]
+    analysis = traceinspect.analyze(_capture(tmp_path, *args, "--steps", "250"))
+    assert analysis.verdict == verdict, analysis.summary

@@ -9,7 +9,8 @@ costs
 - ``cpu``: 3 ms of CPU (a fixed amount, measured with ``time.thread_time``, so that
   oversubscribed cores make it slower in wall time, as real decoding would be),
 - ``mix``: a 2.5 ms wait then 1.5 ms of CPU,
-- ``none``: nothing (records come from memory); ``light``: a 0.6 ms wait,
+- ``none``: nothing (records come from memory); ``light``: a 0.6 ms wait; ``slow``: a 3 ms
+  wait (24 ms a batch: on one read thread, slower than the device),
 
 and the loop reads the loss as a user would: never, every step (``float``, ``device_get``,
 ``block``, ``item``, ``asarray``), the previous step's loss every step (``prev``), every
@@ -71,6 +72,7 @@ RECORD_COSTS = {
     "cpu": (0.0, 3.0),
     "mix": (2.5, 1.5),
     "light": (0.6, 0.0),  # ~5 ms of waiting per batch: half the device's step
+    "slow": (3.0, 0.0),  # 24 ms of waiting per batch: ~2.4x the device's step on one thread
 }
 READS = (
     "none",
