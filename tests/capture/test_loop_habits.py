@@ -84,15 +84,23 @@ def test_a_per_step_reads_site_is_the_users_line(tmp_path: Path) -> None:
     assert analysis.verdict == "sync-bound", analysis.summary
 
 
-@pytest.mark.parametrize(
-    ("record", "verdict"),
-    # One read thread: 24 ms of input a batch against a ~10 ms device step (slower than the
-    # device: removing the read leaves the step as it is), and 4.8 ms (keeps up).
-    [("slow", "input-bound"), ("light", "sync-bound")],
-)
 def test_a_per_step_read_over_a_pipeline_slower_than_the_device_is_input_bound(
-    tmp_path: Path, record: str, verdict: str
+    tmp_path: Path,
 ) -> None:
-    args = ["--record", record, "--workers", "0", "--read-threads", "1", "--read", "float"]
+    """One read thread making 24 ms of input a batch against a ~10 ms device step: the loop
+    waits in next() after each read, and removing the read leaves the step as it is."""
+    args = ["--record", "slow", "--workers", "0", "--read-threads", "1", "--read", "float"]
     analysis = traceinspect.analyze(_capture(tmp_path, *args, "--steps", "250"))
-    assert analysis.verdict == verdict, analysis.summary
+    assert analysis.verdict == "input-bound", analysis.summary
+
+
+def test_a_per_step_read_over_a_pipeline_that_keeps_up_is_no_input_problem(
+    tmp_path: Path,
+) -> None:
+    """4.8 ms of input a batch on one read thread: ready when the read returns. What the
+    read then costs (the dispatch after it, ~5% of a step) is the sync's, or too little to
+    matter: never input."""
+    args = ["--record", "light", "--workers", "0", "--read-threads", "1", "--read", "float"]
+    analysis = traceinspect.analyze(_capture(tmp_path, *args, "--steps", "250"))
+    assert analysis.verdict in ("sync-bound", "device-bound"), analysis.summary
+    assert analysis.cause_fractions["input"] < 0.05, analysis.cause_fractions
