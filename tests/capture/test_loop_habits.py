@@ -18,7 +18,9 @@ from capture_helpers import REPO
 import traceinspect
 from traceinspect.capture import CaptureOptions, run_capture
 
-pytestmark = [pytest.mark.slow, pytest.mark.stack]
+# Every test runs real captures (~10-25 s each); those that read what differs between jax
+# lines (frames, the read's site, the sampler, completions) run on every stack of the matrix.
+pytestmark = [pytest.mark.slow]
 
 FAMILY = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
 LIGHT = ["--record", "light", "--workers", "2"]
@@ -38,6 +40,7 @@ def _line_of(pattern: str) -> int:
     return next(n for n, text in enumerate(lines, 1) if re.search(pattern, text))
 
 
+@pytest.mark.stack
 def test_a_synchronous_checkpoint_every_25_steps(tmp_path: Path) -> None:
     trace = _capture(tmp_path, *LIGHT, "--checkpoint-every", "25", "--steps", "400")
     assert trace.sidecar is not None and trace.sidecar.stack_samples is not None
@@ -75,6 +78,7 @@ def test_the_loops_own_waiting_is_host_time_named_by_its_line(tmp_path: Path) ->
     assert host.where is not None and site in host.where
 
 
+@pytest.mark.stack
 def test_a_per_step_reads_site_is_the_users_line(tmp_path: Path) -> None:
     args = ["--record", "light", "--read", "item", "--workers", "0", "--read-threads", "0"]
     trace = _capture(tmp_path, *args, "--steps", "250")
