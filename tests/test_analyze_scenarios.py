@@ -16,6 +16,7 @@ from traceinspect.analysis.analyze import analyze
 from traceinspect.errors import AnalysisError
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "sample_traces" / "scenarios"
+SAMPLES = SCENARIOS.parent
 EXPECTED: dict[str, str] = (
     json.loads((SCENARIOS / "expected.json").read_text())["verdicts"]
     if (SCENARIOS / "expected.json").exists()
@@ -116,3 +117,24 @@ def test_worker_recommendation_lands_at_the_measured_knee() -> None:
     assert sweep["knee"] <= workers.value <= sweep["knee"] + 1
     assert workers.expected_step_ms is not None
     assert workers.expected_step_ms <= a.steps.median_ms
+
+
+@pytest.mark.parametrize(
+    ("path", "without_read_ms"),
+    [
+        # The family's loop without the read, measured without the profiler
+        # (scenarios/family/measurements.json: read_none_w0) and on the GPU (truth.json).
+        ("scenarios/family/read_float_w0", 12.52),
+        ("scenarios/family/read_device_get_w0", 12.52),
+        ("scenarios/family/read_block_w0", 12.52),
+        ("gpu/sync_bound", 8.711),
+    ],
+)
+def test_removing_a_per_step_read_lands_near_the_expected_step(
+    path: str, without_read_ms: float
+) -> None:
+    a = analyze(traceinspect.load(SAMPLES / path))
+    assert a.verdict == "sync-bound"
+    advice = next(r for r in a.recommendations if r.kind == "remove_sync")
+    assert advice.expected_step_ms is not None
+    assert advice.expected_step_ms == pytest.approx(without_read_ms, rel=0.20)

@@ -57,18 +57,27 @@ def recommendations(
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
+        # Without the read the host prepares the next step while the device runs this one:
+        # the step is then the device's work, or the input's when that is longer.
+        expected = max(busy_ns, input_ns) / 1e6
+        limit = "the device's work" if busy_ns >= input_ns else "the input"
         message = (
             f"Stop reading a device value every step{where}: log the previous step's "
             "metrics instead (keep last step's loss and print it after dispatching the "
-            "next step), or log every N steps, so the host can run ahead."
+            "next step), or log every N steps, so the host can run ahead; expected step "
+            f"time {expected:.2f} ms (then {limit} limits)."
         )
+        expected_ms: float | None = round(expected, 4)
         if occasional_sync:
+            expected_ms = None
             message = (
                 f"The occasional read of a device value{where} idles the device "
                 f"{fractions['sync']:.1%} of step time: read the previous step's value when "
                 "you log (keep it, print it after dispatching the next step) to hide it too."
             )
-        recs.append(Recommendation("remove_sync", message, where=sync_sites))
+        recs.append(
+            Recommendation("remove_sync", message, where=sync_sites, expected_step_ms=expected_ms)
+        )
     if fractions["input"] >= MATTERS:
         recs.append(
             Recommendation(
