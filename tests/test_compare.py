@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 import traceinspect
 from traceinspect.analysis.analyze import Analysis, analyze
-from traceinspect.analysis.compare import compare
+from traceinspect.analysis.compare import RunSummary, _finding, compare
 from traceinspect.cli import main
 from traceinspect.report.compare import render_comparison
 from traceinspect.report.notebook import comparison_html
+from traceinspect.vocabulary import CAUSES
 
 SCENARIOS = Path(__file__).parent.parent / "sample_traces" / "scenarios"
 ms = X.ms
@@ -219,3 +220,29 @@ def test_cli_compare_accepts_urls() -> None:
     assert result.exit_code == 0, result.output
     d = json.loads(result.output)
     assert (d["before"]["median_ms"], d["after"]["median_ms"]) == (21.9326, 10.452)
+
+
+def _summary(median: float, p90: float, mean: float, bursty: bool) -> RunSummary:
+    return RunSummary(
+        path="run",
+        backend="cpu",
+        steps=100,
+        median_ms=median,
+        p90_ms=p90,
+        mean_ms=mean,
+        bursty=bursty,
+        verdict="input-bound",
+        busy_fraction=0.5,
+        device_busy_ms_per_step=2.0,
+        idle_ms_per_step=1.0,
+        idle_by_cause_ms_per_step=dict.fromkeys(CAUSES, 0.0),
+    )
+
+
+def test_bursty_runs_are_compared_by_their_mean_with_both_percentiles_when_they_disagree() -> None:
+    """A burst's median is a fast step: "fell 49%" while the p90 rose 67% told nothing."""
+    before = _summary(median=4.0, p90=6.0, mean=5.0, bursty=False)
+    after = _summary(median=2.04, p90=10.0, mean=5.5, bursty=True)
+    text = _finding(before, after)
+    assert text.startswith("Step time rose 10% (5.00 -> 5.50 ms, the mean: steps come in bursts)")
+    assert "the median fell 49% while the p90 rose 67%" in text

@@ -26,6 +26,9 @@ class RunSummary:
     steps: int
     median_ms: float
     p90_ms: float
+    #: What ``analyze`` calls the run's step: the mean when steps come in bursts.
+    mean_ms: float
+    bursty: bool
     verdict: str
     busy_fraction: float
     device_busy_ms_per_step: float
@@ -42,6 +45,8 @@ class RunSummary:
             steps=a.steps.count,
             median_ms=a.steps.median_ms,
             p90_ms=a.steps.p90_ms,
+            mean_ms=a.steps.mean_ms,
+            bursty=a.steps.bursty,
             verdict=a.verdict,
             busy_fraction=round(a.busy_fraction, 4),
             device_busy_ms_per_step=a.device_busy_ms_per_step,
@@ -56,6 +61,8 @@ class RunSummary:
             "steps": self.steps,
             "median_ms": self.median_ms,
             "p90_ms": self.p90_ms,
+            "mean_ms": self.mean_ms,
+            "bursty": self.bursty,
             "verdict": self.verdict,
             "busy_fraction": self.busy_fraction,
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
@@ -143,13 +150,30 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
 
 
 def _finding(b: RunSummary, a: RunSummary) -> str:
-    """One sentence: how step time moved, the biggest mover behind it, and the verdicts."""
-    share = (a.median_ms - b.median_ms) / b.median_ms if b.median_ms else 0.0
-    times = f"{b.median_ms:,.2f} -> {a.median_ms:,.2f} ms"
+    """One sentence: how step time moved, the biggest mover behind it, and the verdicts.
+
+    Step time is the figure ``analyze`` gives each run: the median, or the mean (throughput)
+    when either run's steps come in bursts (a median of bursty steps is a fast step of a
+    burst), the same figure on both sides; where the median and the p90 move in opposite
+    directions, both are quoted."""
+    bursty = a.bursty or b.bursty
+    before, after = (b.mean_ms, a.mean_ms) if bursty else (b.median_ms, a.median_ms)
+    figure = ", the mean: steps come in bursts" if bursty else ""
+    share = (after - before) / before if before else 0.0
+    times = f"{before:,.2f} -> {after:,.2f} ms{figure}"
     if abs(share) < SAME_WITHIN:
         head = f"Step time is about the same ({times}, {share:+.1%})"
     else:
         head = f"Step time {'fell' if share < 0 else 'rose'} {abs(share):.0%} ({times})"
+    p50 = a.median_ms - b.median_ms
+    p90 = a.p90_ms - b.p90_ms
+    if p50 * p90 < 0:
+        moved_50 = abs(_pct_change(b.median_ms, a.median_ms))
+        moved_90 = abs(_pct_change(b.p90_ms, a.p90_ms))
+        head += (
+            f"; the median {'fell' if p50 < 0 else 'rose'} {moved_50:.0f}% "
+            f"while the p90 {'fell' if p90 < 0 else 'rose'} {moved_90:.0f}%"
+        )
     # The biggest change per step among the idle causes and the device's own work.
     movers = {
         f"{c} idle time": (b.idle_by_cause_ms_per_step[c], a.idle_by_cause_ms_per_step[c])
