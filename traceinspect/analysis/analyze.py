@@ -46,7 +46,7 @@ from traceinspect.analysis.result import (
     Timeline,
 )
 from traceinspect.analysis.stalls import RecurringStall, StallNature, recurring_stall, stall_nature
-from traceinspect.analysis.steps import Steps, find_steps
+from traceinspect.analysis.steps import Steps, find_steps, window_start
 from traceinspect.analysis.training_thread import (
     HostActivity,
     thread_events,
@@ -87,7 +87,12 @@ def analyze(trace: Trace) -> Analysis:
     was found and what to capture instead.
     """
     activity, steps, busy = _device_and_steps(trace)
-    outside = 1 - busy.clip(int(steps.starts[0]), int(steps.ends[-1])).total / busy.total
+    # The device's work outside the analysed steps, of the work from the window's opening on:
+    # capture's early trace holds the warm-up before the window, which is not missing.
+    opened = window_start(trace)
+    after = busy if opened is None else busy.clip(opened, trace.end_ns)
+    inside = busy.clip(int(steps.starts[0]), int(steps.ends[-1])).total
+    outside = 1 - inside / after.total if after.total else 0.0
     steps = drop_contextless_first_step(trace, steps, busy)
     work_rows = np.array(activity.work_line_rows, dtype=np.int64)
     # The steps' thread, read once for the device work it dispatched and what it did.

@@ -148,8 +148,8 @@ class CaptureResult:
             ms, count, how = step
             mean = {
                 "completed": f", mean step {ms:.1f} ms over {count} completed step(s)",
-                "host": f", mean step {ms:.1f} ms over {count} step(s) (the device finished "
-                "them faster, running down steps queued before the window)",
+                "host": f", mean step {ms:.1f} ms over {count} step(s) (the host's step starts: "
+                "the device finished its steps faster than the host began them)",
                 "host only": f", mean step {ms:.1f} ms (the host's step starts: no step output "
                 "to wait on)",
             }[how]
