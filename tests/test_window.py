@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -268,3 +269,48 @@ def test_a_loader_unsteady_past_10000_batches_is_timed(
     timing = phase_timing(run)
     assert (timing.how, timing.count) == ("steady", len(traced))
     assert timing.mean_ms == pytest.approx(0.1)
+
+
+def _steady_after(starts: list[int]) -> tuple[int | None, _Steady]:
+    steady = _Steady(8)
+    for index, start in enumerate(starts):
+        steady.step(index, start)
+        if steady.is_steady():
+            return index, steady
+    return None, steady
+
+
+GPU_CHECKPOINT = Path(__file__).resolve().parents[1] / "sample_traces" / "gpu" / "checkpoint"
+
+
+def test_a_stall_every_25_steps_is_steady_in_blocks_of_whole_periods() -> None:
+    """The host's step starts of a GPU loop checkpointing every 25 steps (250 ms of storage
+    against ~8.5 ms steps): blocks of 0.5 s held one, two or no checkpoints (18.8, 27.3,
+    12.6 ms) and the capture never saw the run steady; in blocks of whole periods it is."""
+    sidecar = json.loads((GPU_CHECKPOINT / "traceinspect.capture.json").read_text("utf-8"))
+    opened, steady = _steady_after([s["start_unix_ns"] for s in sidecar["steps"]])
+    assert steady.period == 25
+    assert opened is not None and opened < 300
+    assert steady.steady_by_period() and steady.by_period is not None
+    for first, last, _ in steady.by_period.blocks[-STEADY_BLOCKS:]:
+        assert (last + 1 - first) % 25 == 0
+    assert "a stall recurs every 25 steps" in steady.reason(opened)
+
+
+def test_a_run_steady_before_keeps_its_opening() -> None:
+    """The blocks of whole periods only add a way to be steady: a loop reading every 10th
+    step (the family's read_every10_w0, whose reads stall the host) opens where it did."""
+    path = GPU_CHECKPOINT.parents[1] / "scenarios" / "family" / "read_every10_w0"
+    sidecar = json.loads((path / "traceinspect.capture.json").read_text("utf-8"))
+    opened, steady = _steady_after([s["start_unix_ns"] for s in sidecar["steps"]])
+    assert steady.period == 10
+    assert opened == 179 and not steady.steady_by_period()
+
+
+def test_bursts_and_noise_teach_no_period() -> None:
+    rng = random.Random(3)
+    bursts = [2000.0] + [30.0 if i % 4 == 0 else 0.5 for i in range(1, 400)]
+    noisy = [2000.0] + [10.0 * rng.uniform(0.7, 1.3) for _ in range(400)]
+    for series in (bursts, noisy):
+        _, steady = _steady_after(_starts(series))
+        assert steady.period is None

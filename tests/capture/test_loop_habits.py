@@ -52,6 +52,13 @@ def test_a_synchronous_checkpoint_every_25_steps(tmp_path: Path) -> None:
     assert 240 <= stall["cost_ms"] <= 400, stall
     assert stall["what"] == "checkpoint", stall
     assert analysis.verdict == "host-bound", analysis.summary
+    # The steady rule learnt the period: the window holds two periods (the trace shows what
+    # the stall is).
+    window = trace.sidecar.window
+    assert window is not None and window.rule == "steady", window
+    assert window.first_step is not None and window.last_step is not None
+    assert window.last_step - window.first_step + 1 >= 50
+    assert stall["in_window"] >= 1
     read = f"jax.device_get() at train_family.py:{_line_of(r'host = jax.device_get')} checkpoint"
     assert read in analysis.summary
     advice = analysis.recommendations[0]

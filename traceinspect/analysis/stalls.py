@@ -37,7 +37,7 @@ from traceinspect import schema as S
 from traceinspect.analysis.arrays import most_common
 from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
-from traceinspect.analysis.training_thread import HostActivity
+from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep
 from traceinspect.vocabulary import CAUSES
@@ -206,7 +206,7 @@ def stall_nature(
         for c in CAUSES:
             by_cause[c] += int(gaps[c][mine].sum())
         sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
-        read_site = read_site or (sites[0] if sites else None)
+        read_site = read_site or (sites[0] if sites else None) or _read_before(gaps, mine, host)
     spans = Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
     where: str | None = None
     sampled: tuple[tuple[str, int], ...] = ()
@@ -236,6 +236,27 @@ def stall_nature(
     else:
         kind = top
     return StallNature(kind, len(chosen), read_site, where, sampled, programs)
+
+
+def _read_before(gaps: Table, mine: np.ndarray, host: HostActivity) -> str | None:
+    """The read that held the host until the step's longest idle period began (it may wake
+    later than the sync rule's 2 ms on a loaded machine: up to 5% of that period), as
+    the analysis names reads; None without one."""
+    rows = np.flatnonzero(mine)
+    if len(rows) == 0:
+        return None
+    longest = rows[int(np.argmax(gaps[S.DURATION_NS][rows]))]
+    p0 = int(gaps[S.PERIOD_START_NS][longest])
+    late = max(2_000_000, int(gaps[S.DURATION_NS][longest]) // 20)
+    reads = host.sync_events
+    hit = np.flatnonzero(
+        (reads.starts < p0) & (reads.ends >= p0 - 2_000_000) & (reads.ends <= p0 + late)
+    )
+    if len(hit) == 0:
+        return None
+    first = int(hit[0])
+    site = host.frames.innermost_at(int(reads.starts[first])) if host.frames else None
+    return read_site_label(reads.names[first], site or reads.site(first))
 
 
 def _window_steps(

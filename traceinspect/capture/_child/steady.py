@@ -22,12 +22,31 @@ STEADY_BLOCK_STEPS = 8
 STEADY_BLOCK_S = 0.5
 STEADY_BLOCKS = 3
 STEADY_TOLERANCE = 1.35
+# A stall every N steps (a synchronous checkpoint every 25 steps: 250 ms against 10 ms steps)
+# puts one, two or no stalls in a block: its means never agree (18.8, 27.3, 12.6 ms on a GPU),
+# and the run was never called steady. A step is a stall when it lasts STALL_FACTOR times the
+# mean of the last STALL_HISTORY steps; once STALL_SEEN stalls are evenly spaced (give or
+# take a step) the rule knows the period and cuts a second series of blocks, each a whole
+# number of periods (at least STALL_BLOCK_PERIODS), each holding as many stalls as the next:
+# the run is steady when either series agrees (the first is the rule as it was: a loop that
+# reads every 10th step still opens where it did). With a period known, the default window
+# holds STALL_WINDOW_PERIODS periods, so that the trace shows what the stalls are.
+STALL_FACTOR = 5.0
+STALL_HISTORY = 64
+STALL_SEEN = 3
+STALL_BLOCK_PERIODS = 1
+STALL_WINDOW_PERIODS = 2
+# Periods longer than this are not worth blocks of their own (the rule's other limits hold);
+# shorter than STALL_MIN_PERIOD they are a pipeline's bursts, which blocks of twice the worker
+# count already hold whole.
+STALL_MIN_PERIOD = 5
+STALL_MAX_PERIOD = 500
 
 
 class _Steady:
     """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
 
-    def __init__(self, block_steps: int) -> None:
+    def __init__(self, block_steps: int, period: int | None = None) -> None:
         self.block_steps = block_steps
         self.block_start = 1  # step 0 compiles: never in a block
         #: When step ``block_start`` started (None until it is seen).
@@ -37,6 +56,14 @@ class _Steady:
         self.blocks: list[tuple[int, int, float]] = []  # (first step, last step, mean ms)
         #: The last block must start at or after this step (see :meth:`resume_after`).
         self.fresh_from = 0
+        #: A stall's period in steps, once seen (see STALL_*): this series' blocks are whole
+        #: periods when given; else the rule learns it and then cuts ``by_period``.
+        self.period: int | None = period
+        self._learns = period is None
+        self.by_period: _Steady | None = None
+        self._previous: tuple[int, int] | None = None  # (index, start) of the step before
+        self._walls: list[int] = []  # the last STALL_HISTORY steps' times (ns)
+        self._stalls: list[int] = []  # the steps found to be stalls
 
     def resume_after(self, step: int) -> None:
         """Step ``step`` was disturbed (capture paused the script there): the block it was
@@ -45,6 +72,8 @@ class _Steady:
         self.block_start = step + 1
         self.block_start_ns = None
         self.fresh_from = step + 1
+        if self.by_period is not None:
+            self.by_period.resume_after(step)
 
     def step(self, index: int, start_ns: int) -> None:
         """Step ``index`` started at ``start_ns``: close the current block if this start ends
@@ -57,6 +86,7 @@ class _Steady:
             return
         gap = index > self.next_step
         self.next_step = index + 1
+        self._learn_period(index, start_ns, gap)
         if index < self.block_start:
             return
         first_ns = self.block_start_ns
@@ -65,9 +95,46 @@ class _Steady:
             return
         first = self.block_start
         span = start_ns - first_ns
-        if index - first >= self.block_steps and span >= STEADY_BLOCK_S * 1e9:
+        whole = self.period is None or self._learns or (index - first) % self.period == 0
+        if index - first >= self.block_steps and span >= STEADY_BLOCK_S * 1e9 and whole:
             self.blocks.append((first, index - 1, span / (index - first) / 1e6))
             self.block_start, self.block_start_ns = index, start_ns
+
+    def _learn_period(self, index: int, start_ns: int, gap: bool) -> None:
+        """Watch the step that just ended (``index - 1``) for a stall; once stalls recur
+        evenly, blocks span whole periods from the next step on."""
+        previous, self._previous = self._previous, (index, start_ns)
+        if self.by_period is not None:
+            self.by_period.step(index, start_ns)
+            return
+        if not self._learns or previous is None or gap or previous[0] < 1:
+            return
+        wall = start_ns - previous[1]
+        history = self._walls
+        # Judged against a full history only: while jax's queue fills, steps take 0.1-1 ms
+        # and the first normal one looks like a stall.
+        if len(history) >= STALL_HISTORY:
+            # Against the mean, not the median: a host that runs ahead of the device takes
+            # 0.1-14 ms a step between stalls of 700 ms (the CPU backend's queue), whose
+            # median would make every longer step a stall.
+            mean = sum(history) / len(history)
+            if mean > 0 and wall > STALL_FACTOR * mean:
+                self._stalls.append(previous[0])
+        history.append(wall)
+        if len(history) > STALL_HISTORY:
+            del history[0]
+        stalls = self._stalls[-STALL_SEEN:]
+        if len(stalls) < STALL_SEEN:
+            return
+        spacing = [b - a for a, b in itertools.pairwise(stalls)]
+        period = max(spacing)
+        if STALL_MIN_PERIOD <= period <= STALL_MAX_PERIOD and period - min(spacing) <= 1:
+            self.period = period
+            # Blocks of whole periods from here: those cut before hold uneven numbers of stalls.
+            self.by_period = _Steady(max(self.block_steps, STALL_BLOCK_PERIODS * period), period)
+            self.by_period.block_start = self.by_period.next_step = index
+            self.by_period.fresh_from = self.fresh_from
+            self.by_period.step(index, start_ns)
 
     def add(self, starts_ns: Sequence[int], count: int | None = None) -> None:
         """Feed the steps not yet seen among the first ``count`` (default all) of
@@ -93,6 +160,13 @@ class _Steady:
         return None
 
     def is_steady(self) -> bool:
+        return self._agrees() or (self.by_period is not None and self.by_period._agrees())
+
+    def steady_by_period(self) -> bool:
+        """Steady by the blocks of whole periods only (the window then holds two periods)."""
+        return not self._agrees() and self.by_period is not None and self.by_period._agrees()
+
+    def _agrees(self) -> bool:
         means = self._last_means()
         if len(means) < STEADY_BLOCKS or self.trend() is not None:
             return False
@@ -112,9 +186,17 @@ class _Steady:
         return f"mean step of the last blocks {means} ms{still}"
 
     def reason(self, index: int) -> str:
+        if self.steady_by_period():
+            assert self.by_period is not None
+            return self.by_period.reason(index)
         first = self.blocks[-STEADY_BLOCKS][0]
+        period = (
+            f" (blocks of {self.block_steps} steps: a stall recurs every {self.period} steps)"
+            if self.period and not self._learns
+            else ""
+        )
         return (
             f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
             f"step times within {STEADY_TOLERANCE - 1:.0%} of each other, not moving one way "
-            f"({self._means()} ms); traced from step {index}"
+            f"({self._means()} ms){period}; traced from step {index}"
         )

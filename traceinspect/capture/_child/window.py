@@ -34,7 +34,7 @@ from .state import (
     WINDOW_MIN_S,
     _Source,
 )
-from .steady import STEADY_BLOCK_STEPS, _Steady
+from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, _Steady
 
 __all__ = ["DEFAULT_STEPS", "WINDOW_MIN_S", "_TRACING", "_Capture", "_Source"]
 
@@ -174,6 +174,10 @@ class _Capture(_EarlyTrace):
         if steady.is_steady():
             self.window_rule = "steady"
             self.window_reason = steady.reason(index)
+            if steady.period is not None and self.config.get("steps") is None:
+                # The default window holds two of the recurring stalls, so that the trace
+                # shows what they are (bounded by --window-max like any window).
+                self.steps = max(self.steps, STALL_WINDOW_PERIODS * steady.period)
             return True
         waited = (now - self.script_start_ns) / 1e9
         if waited >= self.max_wait_s and index >= 2:
