@@ -152,8 +152,11 @@ def analyze(trace: Trace) -> Analysis:
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
     notes += _runtime_notes(behind, fractions, summary_of_steps.typical_ms)
+    # The run's step: over the whole run when a stall recurs (the window's median is a step
+    # of the burst after one).
+    run_step_ms = stall.mean_ns / 1e6 if stall is not None else summary_of_steps.typical_ms
     advice = _advice(
-        trace.sidecar, verdict, fractions, sites, summary_of_steps.typical_ms,
+        trace.sidecar, verdict, fractions, sites, run_step_ms,
         input_per_step, device_per_step, stages,
     )  # fmt: skip
     if verdict.top == "callback" or callback_share >= MATTERS:
@@ -248,14 +251,13 @@ def _advice(
     advice = recommendations(
         verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
     )
-    # The worker count only where input matters: "keep 2 workers, expected step 2.78 ms"
-    # said of a loop held back by its own checkpoints tells the user nothing true.
+    # The worker count where input matters, or where idle workers are to be let go: "keep 2
+    # workers, expected step time 2.78 ms" said of a loop held back by its own checkpoints
+    # tells the user nothing true.
     input_matters = (
         verdict.verdict in ("input-bound", "sync-bound") or fractions["input"] >= MATTERS
     )
-    if input_matters and (
-        (sidecar is not None and sidecar.grain is not None) or input_per_step > 0
-    ):
+    if (sidecar is not None and sidecar.grain is not None) or input_per_step > 0:
         workers = recommend_workers(
             worker_inputs(
                 verdict.verdict,
@@ -264,8 +266,13 @@ def _advice(
                 input_wait_ms=input_per_step / 1e6,
                 sidecar=sidecar,
                 stage_batch_ms=stages.worker_batch_ms if stages is not None else None,
-            )
+            ),
+            input_limits=input_matters,
         )
+        # Where input does not hold the step back, only fewer workers are worth a word.
+        fewer = workers.value is not None and workers.value < (workers.current or 0)
+        if not input_matters and not fewer:
+            return advice
         first = verdict.verdict == "input-bound"
         advice = (workers, *advice) if first else (*advice, workers)
     if stages is not None and verdict.verdict == "input-bound":

@@ -171,9 +171,14 @@ def _capped(inputs: WorkerInputs, needed: int) -> tuple[int, str | None, int | N
     return value, bound, by_cores, by_memory
 
 
-def recommend_workers(inputs: WorkerInputs) -> Recommendation:
-    """The ``grain_worker_count`` recommendation."""
+def recommend_workers(inputs: WorkerInputs, input_limits: bool = True) -> Recommendation:
+    """The ``grain_worker_count`` recommendation. ``input_limits``: whether input is what
+    holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
+    change of count frees cores or memory but leaves the step as it is, and says so."""
     rec = _recommend(inputs)
+    if not input_limits and rec["value"] is not None:
+        rec["expected_step_ms"] = round(inputs.step_ms, 3)
+        rec["unchanged"] = True
     return Recommendation(
         GRAIN_WORKER_COUNT,
         _message(rec),
@@ -194,6 +199,11 @@ def _message(rec: dict[str, Any]) -> str:
         head = f"Keep grain_worker_count at {rec['value']}"
     else:
         head = f"Set grain_worker_count to {rec['value']} (now {current})"
+    if rec.get("unchanged"):
+        return (
+            f"{head}: {rec['reason']}; the step stays at about {rec['expected_step_ms']:.2f} ms "
+            "(input is not what holds it back)."
+        )
     return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
 
 
