@@ -100,8 +100,8 @@ def test_events_window_and_sort_by_duration() -> None:
     assert df["duration_ns"].is_monotonic_decreasing
 
 
-def _assert_clean_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2
+def _assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    assert code == exit_code  # 1: the data; 2: the call
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("Error: ")
@@ -112,7 +112,7 @@ def _assert_clean_error(code: int, err: str, *needles: str) -> None:
 
 def test_missing_path_is_a_clean_error() -> None:
     code, _, err = run("info", "nowhere/trace.xplane.pb")
-    _assert_clean_error(code, err, "nowhere/trace.xplane.pb", "no such file")
+    _assert_clean_error(code, err, "nowhere/trace.xplane.pb", "no such file", exit_code=1)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_bad_files_are_clean_errors(tmp_path: Path, content: bytes, needle: str)
     bad.write_bytes(content)
     for command in ("info", "events"):
         code, _, err = run(command, str(bad))
-        _assert_clean_error(code, err, str(bad), needle)
+        _assert_clean_error(code, err, str(bad), needle, exit_code=1)
 
 
 def test_bad_regex_and_parquet_to_stdout() -> None:

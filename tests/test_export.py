@@ -308,8 +308,8 @@ def test_steps_and_window_choose_what_is_written(tmp_path: Path) -> None:
     assert [s["name"] for s in _on(json.loads(out.read_text()), "steps")] == ["step 3"]
 
 
-def _assert_clean_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2, err
+def _assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    assert code == exit_code, err  # 1: the data; 2: the call
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("Error: ") and "Traceback" not in err
@@ -331,7 +331,7 @@ def test_cli_errors_are_one_line_as_analyze(tmp_path: Path) -> None:
         (str(idle), "no device activity found"),
     ]:
         code, _, err = _run("export", path, "-o", str(out))
-        _assert_clean_error(code, err, path, needle)
+        _assert_clean_error(code, err, path, needle, exit_code=1)
         assert _run("analyze", path)[2] == err  # the same message as analyze's
     assert not out.exists()
     for args, needle in [

@@ -496,7 +496,8 @@ def trace_of(located: Located, raws: list[Raw], decoder: str, cached: int, secon
         names = ", ".join(f.location for f in files)
         raise EmptyTraceError(
             f"{names}: the trace holds no events. The profiler stopped before anything "
-            "ran; capture again over more steps (traceinspect capture --steps N)."
+            "ran; capture again over more steps (traceinspect capture --steps N).",
+            path=located.requested,
         )
     columns = merge_columns(raws, [f.host for f in files])
     info = LoadInfo(

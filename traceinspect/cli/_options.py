@@ -111,8 +111,45 @@ def trace_input(func: F) -> F:
     return decorated
 
 
+#: ``ctx.meta`` key set once ``--json`` is seen: errors are then printed as JSON (``_main``).
+JSON_MODE = "traceinspect.json"
+JSON_HELP = 'Print one JSON document on stdout; an error is {"error": {type, message, path}}.'
+
+
+def _note_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_MODE] = True
+    return value
+
+
+def json_flag(help_text: str = JSON_HELP) -> Callable[[F], F]:
+    """``--json`` as ``as_json``; eager, so that an error in any other option is already
+    printed as JSON."""
+    return click.option(
+        "--json", "as_json", is_flag=True, is_eager=True, callback=_note_json, help=help_text
+    )
+
+
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(func)
+    return json_flag()(func)
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option ``name`` (its parameter name) was given, not left at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+def refuse_unused(ctx: click.Context, checks: Sequence[tuple[str, bool, str]]) -> None:
+    """Refuse an option that would have no effect, with one line saying why: each check is
+    (parameter name, whether it is unused in this mode, the reason)."""
+    from traceinspect.errors import UsageError
+
+    for name, unused, reason in checks:
+        if unused and given(ctx, name):
+            param = next(p for p in ctx.command.params if p.name == name)
+            shown = max(param.opts, key=len) if isinstance(param, click.Option) else None
+            raise UsageError(f"{shown or param.human_readable_name} {reason}")
 
 
 # Decoding that ends sooner shows no progress: a line that flashes by says nothing.

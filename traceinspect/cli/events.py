@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from traceinspect.cli._options import TraceRequest, trace_input
+from traceinspect.cli._options import TraceRequest, json_flag, refuse_unused, trace_input
 from traceinspect.errors import UsageError
 
 
@@ -40,10 +40,13 @@ from traceinspect.errors import UsageError
     default="table",
     show_default=True,
 )
+@json_flag("The same as --format json: the events as one JSON array of objects.")
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
 )
+@click.pass_context
 def events(
+    ctx: click.Context,
     request: TraceRequest,
     plane: str | None,
     line: str | None,
@@ -54,6 +57,7 @@ def events(
     sort: str,
     no_stats: bool,
     fmt: str,
+    as_json: bool,
     output: Path | None,
 ) -> None:
     """Export the events of a trace, filtered, with one column per stat.
@@ -70,6 +74,8 @@ def events(
     """
     from traceinspect.report.events import render_events
 
+    refuse_unused(ctx, [("fmt", as_json and fmt != "json", "cannot go with --json.")])
+    fmt = "json" if as_json else fmt
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes a binary file: add -o FILE.parquet.")
     trace = request.load()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-from traceinspect.cli._options import TraceRequest, trace_input
+from traceinspect.cli._options import TraceRequest, json_option, trace_input
 from traceinspect.errors import UsageError
 
 # Kept in step with traceinspect.report.perfetto.MAX_EVENTS (not imported: it needs pandas,
@@ -38,9 +39,10 @@ def _range(value: str | None, cast: type[int] | type[float], single: bool) -> An
 @click.option(
     "-o",
     "--output",
-    required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The file to write (gzip-compressed when it ends in .gz: trace.json.gz).",
+    help="The file to write (gzip-compressed when it ends in .gz: trace.json.gz). Default: "
+    "RUN.perfetto.json.gz (RUN-HOST... with --host) in the current directory, RUN the name "
+    "of the run directory.",
 )
 @click.option(
     "--steps",
@@ -66,13 +68,15 @@ def _range(value: str | None, cast: type[int] | type[float], single: bool) -> An
     "(traceinspect's tracks always stay).",
 )
 @click.option("--host", metavar="NAME", help="Multi-host runs: the host to export.")
+@json_option
 def export(
     request: TraceRequest,
-    output: Path,
+    output: Path | None,
     steps: tuple[int | None, int | None] | None,
     window: tuple[float | None, float | None] | None,
     max_events: int,
     host: str | None,
+    as_json: bool,
 ) -> None:
     """Write the trace and what analyze found as Chrome trace-event JSON for Perfetto.
 
@@ -84,6 +88,7 @@ def export(
 
     \b
     Examples:
+      traceinspect export $(traceinspect sample)
       traceinspect export $(traceinspect sample) -o trace.json.gz
       traceinspect export ./traceinspect_logs -o steps.json.gz --steps 10:15
       traceinspect export big.xplane.pb -o part.json.gz --window 1200:1800 --max-events 200000
@@ -112,6 +117,8 @@ def export(
         )
     else:
         trace = request.load(located)
+    if output is None:
+        output = Path(f"{located.run.path.name}{'-' + host if host else ''}.perfetto.json.gz")
     result = perfetto_trace(
         trace,
         analyze(trace),
@@ -125,6 +132,16 @@ def export(
         raise UsageError(
             f"{output}: cannot write the file ({exc.strerror}); pick another -o."
         ) from None
+    if as_json:
+        out = {
+            "output": str(output),
+            "bytes": size,
+            "events": result.event_count,
+            "left_out": result.dropped_count,
+            "left_out_by_kind": result.dropped,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
     if request.quiet:
         return
     if result.dropped_count:

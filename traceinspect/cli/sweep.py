@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import ProfilerSettings, profiler_options
+from traceinspect.cli._options import ProfilerSettings, json_flag, profiler_options
 from traceinspect.cli._progress import StatusLine, duration
 
 # As traceinspect.sweep.METRICS, without importing the library when the CLI starts.
@@ -126,7 +126,7 @@ class _Progress:
     show_default=True,
     help="Compare counts by median step time, or by mean (throughput; for bursty steps).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_flag()
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context

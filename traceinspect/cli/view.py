@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.cli._options import TraceRequest, json_option, trace_input
-from traceinspect.errors import AnalysisError, UsageError
+from traceinspect.errors import AnalysisError, TraceInspectError
 
 if TYPE_CHECKING:
     from traceinspect.analysis.result import Analysis
@@ -118,4 +118,4 @@ def _serve(server: XProfServer, quiet: bool) -> None:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-    raise UsageError(f"XProf stopped by itself (exit code {code}): {server.last_words()}")
+    raise TraceInspectError(f"XProf stopped by itself (exit code {code}): {server.last_words()}")

@@ -140,7 +140,7 @@ def stat(loc: Location) -> Stat:
         return Stat(size=st.st_size, mtime_ns=st.st_mtime_ns)
     probed = probe(loc)
     if probed is None or probed[1] is None:
-        raise TraceNotFoundError(f"{loc}: no such file. Check the URL.")
+        raise TraceNotFoundError(f"{loc}: no such file. Check the URL.", path=loc)
     return probed[1]
 
 
@@ -212,14 +212,15 @@ def fetched(loc: Location) -> Iterator[Path]:
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except FileNotFoundError:
             raise TraceNotFoundError(
-                f"{loc}: no such file (removed since it was listed?). Check the URL."
+                f"{loc}: no such file (removed since it was listed?). Check the URL.", path=loc
             ) from None
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise _unreadable(loc, exc, TraceDecodeError) from None
             raise TraceDecodeError(
                 f"{loc}: no space left to download it into {tempfile.gettempdir()}; "
-                "point TMPDIR at a disk with room for the file."
+                "point TMPDIR at a disk with room for the file.",
+                path=loc,
             ) from None
         except Exception as exc:
             raise _unreadable(loc, exc, TraceDecodeError) from None
