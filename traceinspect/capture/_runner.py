@@ -283,7 +283,7 @@ def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Pa
     advice = "give each process its own --host-name, or use another --run-name"
     trace = Path(run_dir, f"{host}.xplane.pb")
     if trace.exists():
-        raise CaptureError(f"{taken} ({trace.name}): {advice}")
+        raise CaptureUsageError(f"{taken} ({trace.name}): {advice}")
     placeholder: SC.SidecarJSON = {
         "schema_version": SC.SCHEMA_VERSION,
         "tool": {"name": "traceinspect", "version": __version__},
@@ -300,7 +300,7 @@ def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Pa
         with sidecar.open("x", encoding="utf-8") as f:
             f.write(json.dumps(placeholder, indent=2) + "\n")
     except FileExistsError:
-        raise CaptureError(f"{taken} ({sidecar.name}): {advice}") from None
+        raise CaptureUsageError(f"{taken} ({sidecar.name}): {advice}") from None
     except OSError as exc:
         raise CaptureError(f"cannot write '{sidecar}' ({exc.strerror})") from None
     return sidecar
