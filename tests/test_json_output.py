@@ -103,7 +103,7 @@ def test_without_json_an_error_is_one_line_on_stderr(tmp_path: Path) -> None:
         (["analyze", SAMPLE, "--json", "--top", "x"], "BadParameter"),
         (["analyze", SAMPLE, "--json", "--jobs", "0"], "UsageError"),
         (["capture", "--json", "--", "ls"], "CaptureUsageError"),
-        (["sweep", "--json", "--workers", "1,x", "--", "train.py"], "BadParameter"),
+        (["sweep", "--json", "--worker-counts", "1,x", "--", "train.py"], "BadParameter"),
     ],
 )
 def test_a_usage_error_is_a_json_error_with_exit_code_2(args: list[str], kind: str) -> None:

@@ -22,6 +22,100 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: The last release in which a deprecated option spelling (CHANGELOG: Deprecated) still works.
+DEPRECATED_UNTIL = "0.2"
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """An option's old spelling, kept working for a release: ``old`` is read as ``new``.
+    ``nargs`` tokens followed the old spelling, joined with ``join`` into the new one's value
+    (``--window 10 20`` -> ``--window 10:20``); ``applies`` says whether the tokens are in the
+    old form at all (a spelling whose name did not change)."""
+
+    old: str
+    new: str
+    nargs: int = 1
+    join: str = ""
+    applies: Callable[[list[str]], bool] = lambda values: True
+
+
+class RenamingCommand(click.Command):
+    """A command that reads the old spellings of its renamed options (``renamed=``) as the
+    new ones, with a deprecation note on stderr, so that one option name means one thing
+    across commands (tests/test_option_names.py) without breaking a user's scripts."""
+
+    def __init__(self, *args: Any, renamed: Sequence[Renamed] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.renamed = {r.old: r for r in renamed}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._renamed_args(ctx, args))
+
+    def _renamed_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes = {
+            opt: param.nargs
+            for param in self.params
+            if isinstance(param, click.Option) and not param.is_flag and not param.count
+            for opt in param.opts
+        }
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            token = args[i]
+            name, eq, value = token.partition("=")
+            if token == "--" or not token.startswith("-") or token == "-":
+                if token == "--" or not ctx.allow_interspersed_args:
+                    return out + args[i:]  # the script's own arguments from here on
+                out.append(token)
+                i += 1
+                continue
+            old = self.renamed.get(name) if name.startswith("--") else None
+            values = [value] if eq else args[i + 1 : i + 1 + (old.nargs if old else 0)]
+            if old is not None and len(values) == (1 if eq else old.nargs) and old.applies(values):
+                click.echo(
+                    f"traceinspect: {self.name} {old.old} {' '.join(values)} is deprecated (it "
+                    f"works until {DEPRECATED_UNTIL}): use {old.new} {old.join.join(values)}.",
+                    err=True,
+                )
+                out += [old.new, old.join.join(values)]
+                i += 1 if eq else 1 + old.nargs
+                continue
+            out.append(token)
+            i += 1
+            if not eq and name in takes:
+                out += args[i : i + takes[name]]
+                i += takes[name]
+        return out
+
+
+def parse_range(value: str | None, cast: type[int] | type[float], single: bool) -> Any:
+    """``A:B`` -> ``(A, B)``, either end optional (None); with ``single``, ``A`` alone
+    means ``(A, A + 1)``."""
+    if value is None:
+        return None
+    ends = value.split(":")
+    form = "A:B" if single else "START_MS:END_MS"
+    try:
+        if single and len(ends) == 1:
+            return (int(ends[0]), int(ends[0]) + 1)
+        if len(ends) != 2:
+            raise ValueError
+        return tuple(cast(v) if v.strip() else None for v in ends)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not of the form {form}.") from None
+
+
+def window_option(help_text: str) -> Callable[[F], F]:
+    """``--window START_MS:END_MS`` as ``window``: (start, end) in ms, either end None."""
+    return click.option(
+        "--window",
+        metavar="START_MS:END_MS",
+        callback=lambda _ctx, _param, value: parse_range(value, float, single=False),
+        help=help_text,
+    )
+
+
 @dataclass(frozen=True)
 class TraceRequest:
     """PATH and the options that say how to read it, as one value for a command."""

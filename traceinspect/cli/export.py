@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, trace_input
+from traceinspect.cli._options import (
+    Renamed,
+    RenamingCommand,
+    TraceRequest,
+    json_option,
+    parse_range,
+    trace_input,
+    window_option,
+)
 from traceinspect.errors import UsageError
 
 # Kept in step with traceinspect.report.perfetto.MAX_EVENTS (not imported: it needs pandas,
@@ -17,24 +24,7 @@ from traceinspect.errors import UsageError
 MAX_EVENTS = 1_000_000
 
 
-def _range(value: str | None, cast: type[int] | type[float], single: bool) -> Any:
-    """``A:B`` -> ``(A, B)``, either end optional (None); with ``single``, ``A`` alone
-    means ``(A, A + 1)``."""
-    if value is None:
-        return None
-    ends = value.split(":")
-    form = "A:B" if single else "START_MS:END_MS"
-    try:
-        if single and len(ends) == 1:
-            return (int(ends[0]), int(ends[0]) + 1)
-        if len(ends) != 2:
-            raise ValueError
-        return tuple(cast(v) if v.strip() else None for v in ends)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not of the form {form}.") from None
-
-
-@click.command()
+@click.command(cls=RenamingCommand, renamed=[Renamed("--steps", "--step-range")])
 @trace_input
 @click.option(
     "-o",
@@ -45,17 +35,15 @@ def _range(value: str | None, cast: type[int] | type[float], single: bool) -> An
     "of the run directory.",
 )
 @click.option(
-    "--steps",
+    "--step-range",
+    "steps",
     metavar="A:B",
-    callback=lambda _ctx, _param, value: _range(value, int, single=True),
+    callback=lambda _ctx, _param, value: parse_range(value, int, single=True),
     help="Only analysed steps A to B-1, by position from 0 (as Python slices: 5:, :10, -3:); "
-    "A alone: that step.",
+    "A alone: that step. (Was --steps A:B; --steps is a count in the other commands.)",
 )
-@click.option(
-    "--window",
-    metavar="START_MS:END_MS",
-    callback=lambda _ctx, _param, value: _range(value, float, single=False),
-    help="Only this window, in ms from the trace's first event (with --steps: their overlap).",
+@window_option(
+    "Only this window, in ms from the trace's first event (with --step-range: their overlap)."
 )
 @click.option(
     "--max-events",
@@ -90,7 +78,7 @@ def export(
     Examples:
       traceinspect export $(traceinspect sample)
       traceinspect export $(traceinspect sample) -o trace.json.gz
-      traceinspect export ./traceinspect_logs -o steps.json.gz --steps 10:15
+      traceinspect export ./traceinspect_logs -o steps.json.gz --step-range 10:15
       traceinspect export big.xplane.pb -o part.json.gz --window 1200:1800 --max-events 200000
       traceinspect export ./pod_logs -o host2.json.gz --host host2
     """
@@ -149,7 +137,7 @@ def export(
         click.echo(
             f"Left out {result.dropped_count:,} of {total:,} events of the trace, the shortest "
             f"({_kinds(result.dropped)}), to stay within --max-events {max_events:,}; "
-            "--steps or --window export a shorter stretch whole.",
+            "--step-range or --window export a shorter stretch whole.",
             err=True,
         )
     click.echo(
