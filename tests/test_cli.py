@@ -138,3 +138,14 @@ def test_help_has_examples() -> None:
         code, out, _ = run(command, "--help")
         assert code == 0
         assert "Examples:" in out
+
+
+def test_events_help_says_what_start_ns_counts_from() -> None:
+    """start_ns is on the trace's clock (from the profiling session's start), not Unix time:
+    the sample's first event starts 35,076 ns in."""
+    code, out, _ = run("events", "--help")
+    assert code == 0
+    assert "from the start of the profiling" in out and "not Unix time" in out
+    code, out, _ = run("events", str(SAMPLE), "--format", "json", "--limit", "1", "--no-stats")
+    assert code == 0
+    assert json.loads(out)[0]["start_ns"] == 35076

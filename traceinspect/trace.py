@@ -196,7 +196,7 @@ class Trace:
 
     @property
     def start_ns(self) -> int:
-        """Earliest event start (absolute ns)."""
+        """Earliest event start (ns on the trace's clock: ``schema``'s docstring)."""
         # The decoders record each line's span: a few rows, not a pass over every event.
         lines = self.columns.lines
         spans = lines[S.FIRST_START_NS][lines[S.EVENT_COUNT] > 0]
@@ -204,7 +204,7 @@ class Trace:
 
     @property
     def end_ns(self) -> int:
-        """Latest event end (absolute ns)."""
+        """Latest event end (ns on the trace's clock: ``schema``'s docstring)."""
         lines = self.columns.lines
         spans = lines[S.LAST_END_NS][lines[S.EVENT_COUNT] > 0]
         return int(spans.max()) if len(spans) else 0

@@ -87,8 +87,10 @@ def events(
 ) -> None:
     """Export the events of a trace, filtered, with one column per stat.
 
-    Times: `start_ns` and `duration_ns` are absolute integer nanoseconds in csv, parquet
-    and json; the table shows ms from the trace's first event and durations in us.
+    Times: `start_ns` and `duration_ns` are integer nanoseconds in csv, parquet and json,
+    `start_ns` on the trace's clock: from the start of the profiling session (jax.profiler
+    writes its times relative to it), not Unix time. The table shows ms from the trace's
+    first event (as --window takes them, and analyze's start_ms) and durations in us.
 
     \b
     Examples:
