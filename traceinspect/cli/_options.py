@@ -319,7 +319,17 @@ class ProfilerSettings:
 
 
 def profiler_options(func: F) -> F:
-    """The options of :class:`ProfilerSettings`, passed on as ``profiler``."""
+    """The options of :class:`ProfilerSettings`, passed on as ``profiler`` (sweep's)."""
+    return _profiler_options(func, attach=False)
+
+
+def capture_profiler_options(func: F) -> F:
+    """:func:`profiler_options` as capture has them: ``--duration`` also says how long
+    ``--attach`` traces."""
+    return _profiler_options(func, attach=True)
+
+
+def _profiler_options(func: F, attach: bool) -> F:
     from traceinspect.capture import STEP_SOURCES
 
     names = (
@@ -358,8 +368,14 @@ def profiler_options(func: F) -> F:
             "--duration",
             default=5.0,
             show_default=True,
-            help="Time window length (s). With capture --attach: how long to trace (default "
-            "there: 3 s, or long enough for 20 steps when 3 s hold fewer than 10, at most 60).",
+            help="Time window length (s), when no step was found by --delay (or with "
+            "--step-source time)."
+            + (
+                " With --attach: how long to trace (default there: 3 s, or long enough for 20 "
+                "steps when 3 s hold fewer than 10, at most 60)."
+                if attach
+                else ""
+            ),
         ),
         click.option("--host-tracer-level", default=2, show_default=True, help="0-3."),
         click.option(

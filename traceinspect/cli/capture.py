@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.capture import CaptureOptions, CaptureProgress, CaptureResult, run_capture
-from traceinspect.cli._options import ProfilerSettings, json_flag, profiler_options
+from traceinspect.cli._options import ProfilerSettings, capture_profiler_options, json_flag
 from traceinspect.cli._progress import StatusLine, duration
 from traceinspect.errors import TraceInspectError
 
@@ -121,7 +121,7 @@ def progress_text(p: CaptureProgress) -> str:
     "(returns, crashes, is stopped) before the window opens: a short run is never left "
     "without a trace. It costs the window ~1.5 s more of waiting.",
 )
-@profiler_options
+@capture_profiler_options
 @click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
 @click.option(
     "-q",
