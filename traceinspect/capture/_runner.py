@@ -154,9 +154,14 @@ class CaptureResult:
                 "host only": f", mean step {ms:.1f} ms (the host's step starts: no step output "
                 "to wait on)",
             }[how]
-        state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
         reason = window.reason if window is not None else None
         why = f"; {reason}" if self.trace_paths and reason else ""
+        # The window's reason may start with a partial reason ("the script returned before
+        # the run was steady (...): kept the early trace"): said once, there.
+        reasons = [r for r in self.partial_reasons if not (why and why.startswith(f"; {r}"))]
+        state = (
+            (", partial" + (f": {'; '.join(reasons)}" if reasons else "")) if self.partial else ""
+        )
         return f"{what}{mean}{state}{why}; script exit code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
