@@ -66,7 +66,9 @@ def test_a_plain_grain_script_runs_with_absl_defaults(
     assert "batches 12" in out.splitlines()
     assert result.trace_paths
     assert err.count(f"traceinspect: {ABSL_DEFAULTS_NOTE}\n") == 1
-    assert ABSL_DEFAULTS_NOTE in read_sidecar(result)["notes"]
+    sidecar = read_sidecar(result)
+    assert ABSL_DEFAULTS_NOTE in sidecar["notes"]
+    assert sidecar["maxtext"] is False  # the worker advice names MultiprocessingOptions
 
 
 def test_a_script_under_absl_app_run_keeps_its_own_flags(
