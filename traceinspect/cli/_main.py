@@ -19,7 +19,7 @@ from traceinspect.errors import TraceInspectError
 # command pays for its own imports alone (`analyze` does not import capture's runner).
 _COMMANDS = (
     "analyze", "compare", "info", "events", "export", "view", "capture", "sweep", "isolate",
-    "sample",
+    "sample", "mcp",
 )  # fmt: skip
 
 
