@@ -60,7 +60,7 @@ def _flags(**options: Any) -> list[str]:
     return out
 
 
-def build_server() -> MCPServer:
+def build_server() -> MCPServer[Any]:
     """The MCP server with traceinspect's tools (needs the MCP SDK: ImportError without it)."""
     server = MCPServer(name="traceinspect", version=__version__, instructions=INSTRUCTIONS)
 
@@ -70,7 +70,6 @@ def build_server() -> MCPServer:
         ok, text = run_json(args)
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=not ok)
 
-    @server.tool(structured_output=False)
     def analyze(
         path: str, run: str | None = None, all_gaps: bool = False, host: list[str] | None = None
     ) -> CallToolResult:
@@ -83,13 +82,11 @@ def build_server() -> MCPServer:
         analyze --json`."""
         return call(["analyze", path, *_flags(run=run, all_gaps=all_gaps, host=host)])
 
-    @server.tool(structured_output=False)
     def info(path: str, run: str | None = None) -> CallToolResult:
         """What a trace holds: hosts, planes, lines (threads) with their event counts and
         spans, backend, steps, profiler options. The JSON of `traceinspect info --json`."""
         return call(["info", path, *_flags(run=run)])
 
-    @server.tool(structured_output=False)
     def events(
         path: str,
         name: str | None = None,
@@ -112,7 +109,6 @@ def build_server() -> MCPServer:
         flags += _flags(limit=limit, no_stats=no_stats, run=run)
         return call(["events", path, *flags])
 
-    @server.tool(structured_output=False)
     def compare(
         before: str, after: str, run_before: str | None = None, run_after: str | None = None
     ) -> CallToolResult:
@@ -122,11 +118,12 @@ def build_server() -> MCPServer:
         flags = _flags(run_before=run_before, run_after=run_after)
         return call(["compare", before, after, *flags])
 
-    @server.tool(structured_output=False)
     def samples() -> CallToolResult:
         """The traces bundled with traceinspect (and, in a source checkout, those of
         sample_traces/ with their expected verdicts), with their paths, to try the other
         tools on. The JSON of `traceinspect sample --list --json`."""
         return call(["sample", "--list"])
 
+    for tool in (analyze, info, events, compare, samples):
+        server.add_tool(tool, structured_output=False)
     return server
