@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import warnings
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from traceinspect.xplane.frames import Frames
+
+log = logging.getLogger(__name__)
 
 #: ``progress(done_bytes, total_bytes)``, called while files are decoded.
 ProgressCallback = Callable[[int, int], object]
@@ -505,6 +508,15 @@ def trace_of(located: Located, raws: list[Raw], decoder: str, cached: int, secon
         seconds=seconds + time.perf_counter() - t0,
         bytes_read=sum(f.size for f in files),
         cached_files=cached,
+    )
+    log.info(
+        "read %s (%d file(s), %.1f MB, %d from the decode cache) with the %s decoder in %.2f s",
+        located.run.path,
+        len(files),
+        info.bytes_read / 1e6,
+        cached,
+        decoder,
+        info.seconds,
     )
     return Trace(columns=columns, located=located, load_info=info, sidecar=read_sidecar(located))
 

@@ -11,6 +11,7 @@ Each may be local or behind a URL (``gs://bucket/logdir``, see :mod:`traceinspec
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -18,6 +19,8 @@ from pathlib import PurePosixPath
 from traceinspect.errors import AmbiguousRunError, TraceNotFoundError
 from traceinspect.xplane import fs
 from traceinspect.xplane.fs import Location, Stat, URLPath
+
+log = logging.getLogger(__name__)
 
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 PROFILE_DIR = ("plugins", "profile")
@@ -166,6 +169,7 @@ def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Lo
             f"choose one with --run: {_listing(runs)}.",
             path=p,
         )
+    log.debug("%s: %d run(s); reading the newest, %s", p, len(runs), runs[-1].name)
     return Located(requested=p, run=runs[-1], all_runs=tuple(runs), chose_newest=len(runs) > 1)
 
 
