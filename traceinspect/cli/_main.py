@@ -118,9 +118,9 @@ def main(verbose: int) -> None:
       traceinspect info $(traceinspect sample)
       traceinspect events ./traceinspect_logs --name 'PjitFunction' --limit 20
 
-    Every command takes --json: one JSON document on stdout, and an error as
-    {"error": {"type": ..., "message": ..., "path": ...}} there too (path: the file or
-    directory it is about, or null). Notes and progress go to stderr.
+    Every command takes --json (but mcp, which speaks MCP on stdio): one JSON document on
+    stdout, and an error as {"error": {"type": ..., "message": ..., "path": ...}} there too
+    (path: the file or directory it is about, or null). Notes and progress go to stderr.
 
     \b
     Exit codes:
