@@ -129,6 +129,7 @@ def test_without_json_a_usage_error_exits_2() -> None:
         (["info", SAMPLE, "--json", "--all-lines"], "--all-lines is for the text"),
         (["events", SAMPLE, "--json", "--format", "csv"], "--format cannot go with --json"),
         (["sample", "sync_bound", "--list"], "NAME cannot go with --list"),
+        (["view", SAMPLE, "--no-analyze", "--top", "3"], "--top lists the analysis' gaps"),
     ],
 )
 def test_a_flag_without_effect_is_refused(args: list[str], message: str) -> None:
