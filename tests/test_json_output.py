@@ -139,3 +139,28 @@ def test_a_flag_without_effect_is_refused(args: list[str], message: str) -> None
         assert _one_document(out)["error"]["message"].startswith(message)
     else:
         assert err.startswith(f"Error: {message}") and len(err.splitlines()) == 1
+
+
+def test_capture_attach_json_is_one_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two snapshots analysed and compared: the runs, each analysis and the comparison in
+    one document (they were three JSON documents one after the other)."""
+    import traceinspect.attach
+    from traceinspect.attach import Snapshot
+    from traceinspect.capture.attach import AttachResult
+
+    runs = [str(Path(SAMPLE).parent), str(Path(SAMPLE).parent)]
+
+    def taken(*args: Any, **kwargs: Any) -> list[Snapshot]:
+        return [
+            Snapshot(AttachResult(run, (SAMPLE,), ("localhost:9999",), 3.0), 8, 21.9)
+            for run in runs
+        ]
+
+    monkeypatch.setattr(traceinspect.attach, "snapshots", taken)
+    args = ["capture", "--attach", "localhost:9999", "--count", "2", "--every", "1"]
+    code, out, _ = _invoke(*args, "--analyze", "--json")
+    assert code == 0
+    data = _one_document(out)
+    assert [r["run_dir"] for r in data["runs"]] == runs
+    assert [a["verdict"] for a in data["analyses"]] == ["sync-bound", "sync-bound"]
+    assert data["comparison"] == _one_document(_invoke("compare", *runs, "--json")[1])
