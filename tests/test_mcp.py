@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from traceinspect.cli import main
 from traceinspect.cli.sample import sample_path
 
 SAMPLE = str(sample_path())
-TOOLS = {"analyze", "info", "events", "compare", "samples"}
+TOOLS = {"analyze", "info", "events", "compare", "attach", "samples"}
 
 
 def _cli_json(*args: str) -> Any:
@@ -109,3 +110,37 @@ def test_without_the_sdk_the_command_names_the_extra(monkeypatch: pytest.MonkeyP
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: traceinspect mcp needs the MCP Python SDK")
     assert result.stderr.rstrip().endswith("pip install 'traceinspect[mcp]'.")
+
+
+def test_attach_traces_and_analyses_a_running_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool runs capture --attach --analyze --json (the snapshot itself stubbed here:
+    tests/capture/test_attach.py attaches to real jobs)."""
+    pytest.importorskip("mcp")
+    import traceinspect.attach
+    from traceinspect.attach import Snapshot
+    from traceinspect.capture.attach import AttachResult
+    from traceinspect.cli._mcp_server import build_server
+
+    seen: dict[str, Any] = {}
+
+    def taken(addresses: tuple[str, ...], duration_s: float | None, *a: Any, **k: Any) -> Any:
+        seen.update(addresses=addresses, duration_s=duration_s, logdir=k["logdir"])
+        run = str(Path(SAMPLE).parent)
+        return [Snapshot(AttachResult(run, (SAMPLE,), addresses, 2.0), 8, 21.9)]
+
+    monkeypatch.setattr(traceinspect.attach, "snapshots", taken)
+
+    async def body(client: Any) -> None:
+        arguments = {"addresses": "localhost:9999", "duration_s": 2, "logdir": str(tmp_path)}
+        result = await client.call_tool("attach", arguments)
+        assert not result.is_error, result.content
+        data = _text(result)
+        assert data["runs"][0]["run_dir"] == str(Path(SAMPLE).parent)
+        assert data["analyses"][0]["verdict"] == "sync-bound"
+        bad = await client.call_tool("attach", {"addresses": "nowhere"})
+        assert bad.is_error and _text(bad)["error"]["type"] == "CaptureUsageError"
+
+    _with_client(build_server(), body)
+    assert seen == {"addresses": ("localhost:9999",), "duration_s": 2.0, "logdir": str(tmp_path)}

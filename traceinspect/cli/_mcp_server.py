@@ -21,7 +21,8 @@ directories, gs:// URLs) and says why the accelerator idles. Start with `analyze
 idle time by cause, gaps with evidence, findings, recommendations); `info` says what a
 trace holds; `events` looks up raw events (e.g. in a window around a gap: window
 "START_MS:END_MS", ms from the trace's first event, as analyze's start_ms); `compare`
-compares two runs. Each returns the JSON of `traceinspect <command> --json`. `samples` lists
+compares two runs; `attach` traces a job that serves its profiler (jax.profiler.start_server)
+and analyses it. Each returns the JSON of `traceinspect <command> --json`. `samples` lists
 bundled traces to try."""
 
 # Tools run on the SDK's worker threads; the command's stdout is captured process-wide.
@@ -118,12 +119,27 @@ def build_server() -> MCPServer[Any]:
         flags = _flags(run_before=run_before, run_after=run_after)
         return call(["compare", before, after, *flags])
 
+    def attach(
+        addresses: str,
+        duration_s: float | None = None,
+        analyze: bool = True,
+        logdir: str = "traceinspect_logs",
+    ) -> CallToolResult:
+        """Trace jobs already running, through their profiler servers
+        (jax.profiler.start_server(PORT) in the job): addresses "HOST:PORT[,HOST:PORT...]"
+        (several hosts of a pod as one run); duration_s: how long (default: 3 s, or long
+        enough for 20 steps); analyze: each snapshot's analysis too. The JSON of
+        `traceinspect capture --attach ADDRESSES --analyze --json`: the runs written under
+        logdir, and their analyses."""
+        flags = _flags(duration=duration_s, analyze=analyze, logdir=logdir)
+        return call(["capture", "--attach", addresses, *flags])
+
     def samples() -> CallToolResult:
         """The traces bundled with traceinspect (and, in a source checkout, those of
         sample_traces/ with their expected verdicts), with their paths, to try the other
         tools on. The JSON of `traceinspect sample --list --json`."""
         return call(["sample", "--list"])
 
-    for tool in (analyze, info, events, compare, samples):
+    for tool in (analyze, info, events, compare, attach, samples):
         server.add_tool(tool, structured_output=False)
     return server

@@ -16,7 +16,7 @@ from traceinspect.errors import TraceInspectError
 
 @click.command()
 def mcp() -> None:
-    """Serve analyze, info, events and compare to coding agents over MCP (stdio).
+    """Serve analyze, info, events, compare and attach to coding agents over MCP (stdio).
 
     An MCP server on stdin/stdout, with the official MCP Python SDK
     (pip install 'traceinspect[mcp]'). Each tool returns the JSON of the command's --json,
