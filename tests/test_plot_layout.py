@@ -48,7 +48,7 @@ def test_the_analysis_plots_have_no_overlapping_labels(sample: tuple[Any, Any]) 
 
 
 def test_the_tallest_bar_has_room_above_it(sample: tuple[Any, Any]) -> None:
-    ax = plot_step_breakdown(sample[1])
+    ax: Any = plot_step_breakdown(sample[1])
     tallest = max(p.get_y() + p.get_height() for p in ax.patches)
     _, top = ax.get_ylim()
     assert tallest <= top / 1.05  # at least 5% of the axes above the bar
@@ -68,12 +68,12 @@ def test_the_gap_plot_says_why_its_totals_differ_from_the_idle_table(
 def _curve_sidecar(walls: list[float]) -> Any:
     from traceinspect import sidecar as SC
 
-    steps, start = [], 0
+    steps: list[dict[str, Any]] = []
+    start = 0
     for i, wall in enumerate(walls):
-        steps.append(
-            {"index": i, "step_num": None, "start_unix_ns": start, "traced": 10 <= i < 20}
-            | {"wall_ms": wall if i < len(walls) - 1 else None}
-        )
+        entry: dict[str, Any] = {"index": i, "step_num": None, "start_unix_ns": start}
+        entry.update(traced=10 <= i < 20, wall_ms=wall if i < len(walls) - 1 else None)
+        steps.append(entry)
         start += int(wall * 1e6)
     window = {"rule": "steady", "reason": "r", "first_step": 10, "last_step": 19}
     return SC.parse({"steps": steps, "window": {**window, "complete": True}})
@@ -81,7 +81,7 @@ def _curve_sidecar(walls: list[float]) -> Any:
 
 def test_labels_of_neighbouring_clipped_steps_do_not_overlap() -> None:
     # Steps 0 and 1 both compile (2 s, 1.5 s): both clipped to the top, both labelled.
-    ax = plot_step_curve(_curve_sidecar([2000.0, 1500.0, 900.0] + [10.0] * 28))
+    ax: Any = plot_step_curve(_curve_sidecar([2000.0, 1500.0, 900.0] + [10.0] * 28))
     assert [t.get_text() for t in ax.texts] == [
         "step 0: 2.00 s",
         "step 1: 1.50 s",

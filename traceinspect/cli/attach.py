@@ -4,6 +4,7 @@ each analysed on request, the first and last compared)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 from collections.abc import Callable
@@ -111,7 +112,7 @@ def run_attach(
         # commands print them with --json.
         out: dict[str, Any] = {"runs": [_shot_dict(s) for s in taken]}
         if analyze:
-            out["analyses"] = [_printed_json(lambda run=run: analyse(run)) for run in runs]
+            out["analyses"] = [_printed_json(functools.partial(analyse, run)) for run in runs]
         if len(runs) > 1:
             out["comparison"] = _printed_json(compare)
         click.echo(json.dumps(out, indent=2))
