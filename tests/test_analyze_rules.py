@@ -192,7 +192,7 @@ def test_cli_analyze_json_and_errors(tmp_path: Path) -> None:
     _host(xs, _steps(3, 10))
     bad = X.write(xs, tmp_path / "nodevice.xplane.pb")
     err = CliRunner().invoke(main, ["analyze", str(bad)])
-    assert err.exit_code == 2
+    assert err.exit_code == 1
     assert err.stderr.strip().startswith("Error: ") and len(err.stderr.strip().splitlines()) == 1
 
 

@@ -56,7 +56,7 @@ def _attach(tmp_path: Path, *args: str) -> tuple[int, str]:
 def test_no_server_on_the_port(tmp_path: Path) -> None:
     port = _free_port()
     code, out = _attach(tmp_path, f"127.0.0.1:{port}")
-    assert code == 2
+    assert code == 1
     assert out == (
         f"Error: no profiler server at 127.0.0.1:{port} (Connection refused): start the "
         "profiler server in the job (jax.profiler.start_server(PORT)), or check the host and "
@@ -67,7 +67,7 @@ def test_no_server_on_the_port(tmp_path: Path) -> None:
 
 def test_a_host_that_is_not_known(tmp_path: Path) -> None:
     code, out = _attach(tmp_path, "no-such-host.invalid:9999")
-    assert code == 2
+    assert code == 1
     assert out.startswith("Error: no-such-host.invalid:9999: unknown host (")
     assert out.endswith("): check the name\n")
 
@@ -102,7 +102,7 @@ def test_a_command_or_script_options_with_attach(tmp_path: Path) -> None:
 
 def test_something_else_on_the_port(tmp_path: Path, not_a_profiler: int) -> None:
     code, out = _attach(tmp_path, f"127.0.0.1:{not_a_profiler}", "--duration", "0.5")
-    assert code == 2
+    assert code == 1
     assert out.startswith(f"Error: 127.0.0.1:{not_a_profiler}: ")
     # Whatever gRPC makes of it (a closed stream), one line, and no run directory left.
     assert out.count("\n") == 1
@@ -159,7 +159,7 @@ def test_a_host_that_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(socket, "create_connection", silent)
     code, out = _attach(tmp_path, "10.1.2.3:9999")
-    assert code == 2
+    assert code == 1
     assert out == (
         "Error: 10.1.2.3:9999 did not answer within 5 s: is the host up and the port open to "
         "this machine (a firewall, another network)?\n"

@@ -75,8 +75,7 @@ def test_events_window_and_sort_by_duration() -> None:
         "events",
         str(SAMPLE),
         "--window",
-        "0",
-        "1000",
+        "0:1000",
         "--sort",
         "duration",
         "--format",
@@ -100,8 +99,8 @@ def test_events_window_and_sort_by_duration() -> None:
     assert df["duration_ns"].is_monotonic_decreasing
 
 
-def _assert_clean_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2
+def _assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    assert code == exit_code  # 1: the data; 2: the call
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("Error: ")
@@ -112,7 +111,7 @@ def _assert_clean_error(code: int, err: str, *needles: str) -> None:
 
 def test_missing_path_is_a_clean_error() -> None:
     code, _, err = run("info", "nowhere/trace.xplane.pb")
-    _assert_clean_error(code, err, "nowhere/trace.xplane.pb", "no such file")
+    _assert_clean_error(code, err, "nowhere/trace.xplane.pb", "no such file", exit_code=1)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +123,7 @@ def test_bad_files_are_clean_errors(tmp_path: Path, content: bytes, needle: str)
     bad.write_bytes(content)
     for command in ("info", "events"):
         code, _, err = run(command, str(bad))
-        _assert_clean_error(code, err, str(bad), needle)
+        _assert_clean_error(code, err, str(bad), needle, exit_code=1)
 
 
 def test_bad_regex_and_parquet_to_stdout() -> None:
@@ -139,3 +138,14 @@ def test_help_has_examples() -> None:
         code, out, _ = run(command, "--help")
         assert code == 0
         assert "Examples:" in out
+
+
+def test_events_help_says_what_start_ns_counts_from() -> None:
+    """start_ns is on the trace's clock (from the profiling session's start), not Unix time:
+    the sample's first event starts 35,076 ns in."""
+    code, out, _ = run("events", "--help")
+    assert code == 0
+    assert "from the start of the profiling" in out and "not Unix time" in out
+    code, out, _ = run("events", str(SAMPLE), "--format", "json", "--limit", "1", "--no-stats")
+    assert code == 0
+    assert json.loads(out)[0]["start_ns"] == 35076

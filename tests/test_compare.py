@@ -207,7 +207,7 @@ def test_cli_error_names_the_trace(tmp_path: Path) -> None:
     idle = X.write(xs, tmp_path / "idle.xplane.pb")
     good = str(SCENARIOS / "healthy" / "vm.xplane.pb")
     result = CliRunner().invoke(main, ["compare", good, str(idle)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "idle.xplane.pb: no device activity found" in result.output
 
 

@@ -269,7 +269,7 @@ def test_cli_reports_what_the_cap_left_out(tmp_path: Path) -> None:
     lines = err.strip().splitlines()
     assert lines[0] == (
         f"Left out {dropped:,} of 1,407 events of the trace, the shortest ({dropped:,} other "
-        "host), to stay within --max-events 1,300; --steps or --window export a shorter "
+        "host), to stay within --max-events 1,300; --step-range or --window export a shorter "
         "stretch whole."
     )
     assert lines[1].startswith(f"Wrote {len(doc['traceEvents']):,} events")
@@ -302,14 +302,14 @@ def test_steps_and_window_choose_what_is_written(tmp_path: Path) -> None:
     assert both["metadata"]["window_ms"] == [10.0, pytest.approx((hi - origin) / 1e6)]
 
     out = tmp_path / "w.json"
-    assert _run("export", str(SYNC), "-o", str(out), "--steps", "-2:", "-q")[0] == 0
+    assert _run("export", str(SYNC), "-o", str(out), "--step-range", "-2:", "-q")[0] == 0
     assert [s["name"] for s in _on(json.loads(out.read_text()), "steps")] == ["step 6", "step 7"]
-    assert _run("export", str(SYNC), "-o", str(out), "--steps", "3", "-q")[0] == 0
+    assert _run("export", str(SYNC), "-o", str(out), "--step-range", "3", "-q")[0] == 0
     assert [s["name"] for s in _on(json.loads(out.read_text()), "steps")] == ["step 3"]
 
 
-def _assert_clean_error(code: int, err: str, *needles: str) -> None:
-    assert code == 2, err
+def _assert_clean_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    assert code == exit_code, err  # 1: the data; 2: the call
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("Error: ") and "Traceback" not in err
@@ -331,11 +331,11 @@ def test_cli_errors_are_one_line_as_analyze(tmp_path: Path) -> None:
         (str(idle), "no device activity found"),
     ]:
         code, _, err = _run("export", path, "-o", str(out))
-        _assert_clean_error(code, err, path, needle)
+        _assert_clean_error(code, err, path, needle, exit_code=1)
         assert _run("analyze", path)[2] == err  # the same message as analyze's
     assert not out.exists()
     for args, needle in [
-        (["--steps", "30:40"], "select none of the 8 analysed steps"),
+        (["--step-range", "30:40"], "select none of the 8 analysed steps"),
         (["--window", "5:"], "--window needs both ends"),
         (["--window", "20:10"], "the end must come after the start"),
         (["--window", "900:1000"], "holds nothing"),
@@ -348,7 +348,7 @@ def test_cli_errors_are_one_line_as_analyze(tmp_path: Path) -> None:
     blocked.write_text("")
     code, _, err = _run("export", str(SYNC), "-o", str(blocked / "t.json"))
     _assert_clean_error(code, err, str(blocked / "t.json"), "cannot write the file")
-    code, _, err = _run("export", str(SYNC), "-o", str(out), "--steps", "a:b")
+    code, _, err = _run("export", str(SYNC), "-o", str(out), "--step-range", "a:b")
     assert code == 2 and "is not of the form A:B" in err
 
 

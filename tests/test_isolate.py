@@ -275,14 +275,14 @@ def _isolate(tmp_path: Path, script: str, *args: str) -> Any:
 
 def test_a_script_without_grain_is_a_one_line_error(tmp_path: Path) -> None:
     result = _isolate(tmp_path, "total = sum(range(1000))\nprint(total)\n")
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert result.output.startswith("Error: isolation needs a Grain iterator: the script drew")
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
 
 
 def test_a_crashing_script_names_the_phase_and_its_exit_code(tmp_path: Path) -> None:
     result = _isolate(tmp_path, "import sys\nprint('loading')\nsys.exit(3)\n")
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert result.output.startswith(
         "Error: the target phase: the script exited with code 3 before its steps were timed"
     )
@@ -292,7 +292,7 @@ def test_a_crashing_script_names_the_phase_and_its_exit_code(tmp_path: Path) -> 
 
 def test_an_exception_in_the_script_is_named_by_its_last_line(tmp_path: Path) -> None:
     result = _isolate(tmp_path, "raise RuntimeError('no data here')\n")
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "with code 1 before its steps were timed: RuntimeError: no data here" in result.output
     assert result.output.count("\n") == 1
 

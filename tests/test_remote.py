@@ -222,9 +222,11 @@ def test_without_fsspec_a_url_says_what_to_install(monkeypatch: pytest.MonkeyPat
     with pytest.raises(UsageError) as err:
         traceinspect.load("gs://bucket/logdir")
     assert str(err.value) == (
-        "gs://bucket/logdir: reading remote log directories needs fsspec: pip install "
-        "'traceinspect[remote]' (and gcsfs for gs://, s3fs for s3://)."
+        "gs://bucket/logdir: reading gs:// log directories needs fsspec: pip install "
+        "'traceinspect[gcs]'."
     )
+    with pytest.raises(UsageError, match=r"needs fsspec: pip install 'traceinspect\[remote\]'\.$"):
+        traceinspect.load("abfs://container/logdir")
 
 
 def test_unknown_protocol_is_a_clean_error() -> None:
@@ -237,7 +239,9 @@ def test_missing_filesystem_package_names_it(monkeypatch: pytest.MonkeyPatch) ->
         raise ImportError("Install s3fs to access S3")
 
     monkeypatch.setattr(fsspec.core, "url_to_fs", no_s3fs)
-    with pytest.raises(UsageError, match=r"^s3://b/logs: .*s3:// filesystem.*pip install s3fs\.$"):
+    with pytest.raises(
+        UsageError, match=r"^s3://b/logs: .*s3:// filesystem.*pip install 'traceinspect\[s3\]'\.$"
+    ):
         traceinspect.load("s3://b/logs")
 
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceinspect.cli import main
-from traceinspect.cli.sample import SAMPLES, sample_names, sample_path
+from traceinspect.cli.sample import SAMPLES, sample_names, sample_path, source_samples
 
 REPO = Path(__file__).resolve().parents[1]
 # Where each packaged sample was copied from.
@@ -58,17 +58,40 @@ def test_every_packaged_sample_is_known() -> None:
 def test_list_names_the_samples() -> None:
     result = CliRunner().invoke(main, ["sample", "--list"])
     assert result.exit_code == 0
-    assert [line.split()[0] for line in result.stdout.splitlines()] == sample_names()
+    # The packaged samples, then every trace of the checkout's manifest.
+    manifest = json.loads((REPO / "sample_traces" / "manifest.json").read_text())
+    from_manifest = [t["path"].removesuffix(".xplane.pb") for t in manifest["traces"]]
+    names = [*sample_names(), *from_manifest]
+    assert len(from_manifest) >= 9
+    assert [line.split()[0] for line in result.stdout.splitlines()] == names
     as_json = json.loads(CliRunner().invoke(main, ["sample", "--list", "--json"]).stdout)
-    assert [s["name"] for s in as_json["samples"]] == sample_names()
-    assert all(Path(s["path"]).is_file() for s in as_json["samples"])
+    assert [s["name"] for s in as_json["samples"]] == names
+    assert all(Path(s["path"]).exists() for s in as_json["samples"])
+    healthy = next(s for s in as_json["samples"] if s["name"] == "scenarios/healthy")
+    assert healthy["about"] == "expected verdict: device-bound"
+    assert healthy["where"] == "sample_traces"
+
+
+def test_a_checkout_sample_is_found_by_name() -> None:
+    result = CliRunner().invoke(main, ["sample", "scenarios/healthy"])
+    assert result.exit_code == 0
+    assert Path(result.stdout.strip()) == REPO / "sample_traces" / "scenarios" / "healthy"
+    analysed = CliRunner().invoke(main, ["analyze", result.stdout.strip(), "--json"])
+    assert json.loads(analysed.stdout)["verdict"] == "device-bound"
+
+
+def test_a_name_with_list_is_refused() -> None:
+    result = CliRunner().invoke(main, ["sample", "sync_bound", "--list"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: NAME cannot go with --list, which lists them all.\n"
 
 
 def test_an_unknown_sample_is_a_one_line_error() -> None:
     result = CliRunner().invoke(main, ["sample", "nope"])
     assert result.exit_code == 2
     assert result.stderr == (
-        "Error: No bundled sample named 'nope': the samples are sync_bound "
+        "Error: No bundled sample named 'nope': the packaged samples are sync_bound, and "
+        f"this checkout's sample_traces/ holds {len(source_samples())} more "
         "(traceinspect sample --list).\n"
     )
 

@@ -62,7 +62,10 @@ def test_written_keys_are_declared(path: Path) -> None:
 #: Fields newer than every bundled capture, each checked in a real capture by the test named.
 #: (The MaxText captures, sample_traces/maxtext/, now hold the worker's and the host's newest
 #: fields.)
-NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {}
+NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
+    # tests/capture/test_absl_flags.py.
+    SC.SidecarJSON: {"maxtext"},
+}
 
 
 def test_every_declared_key_was_written() -> None:
@@ -197,3 +200,23 @@ def test_every_bundled_capture_was_made_on_a_tested_stack() -> None:
     for path in WRITTEN:
         sidecar = SC.parse(_load(path))
         assert sidecar is not None and sidecar.untested_note is None, path
+
+
+def test_ran_maxtext_from_the_record_or_else_the_command() -> None:
+    """The worker advice names grain_worker_count for MaxText, Grain's option otherwise."""
+    maxtext = SC.parse(_load(next(p for p in WRITTEN if "maxtext" in p.parts)))
+    family = SC.parse(_load(next(p for p in WRITTEN if "family" in p.parts)))
+    assert maxtext is not None and family is not None
+    assert "maxtext" not in maxtext.data and "maxtext" not in family.data  # older sidecars
+    assert maxtext.ran_maxtext is True  # python -m maxtext.trainers.pre_train.train
+    assert family.ran_maxtext is False
+    for command, expected in [
+        (["python3", "-m", "MaxText.train", "cfg.yml"], True),
+        (["python", "/src/maxtext/MaxText/train.py"], True),
+        (["python", "train_maxtextish.py"], False),
+    ]:
+        data = {**family.data, "command": command}
+        record = SC.parse(data)
+        assert record is not None and record.ran_maxtext is expected, command
+    recorded = SC.parse({**family.data, "maxtext": True})
+    assert recorded is not None and recorded.ran_maxtext is True

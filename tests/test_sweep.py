@@ -376,11 +376,11 @@ def test_placeholder_goes_into_the_command(tmp_path: Path, monkeypatch: pytest.M
 
 def test_cli_usage_errors(tmp_path: Path) -> None:
     runner = CliRunner()
-    bad = runner.invoke(main, ["sweep", "--workers", "1,x", "--", "train.py"])
+    bad = runner.invoke(main, ["sweep", "--worker-counts", "1,x", "--", "train.py"])
     assert bad.exit_code == 2
     assert "comma-separated list of integers" in bad.stderr
     dup = runner.invoke(
-        main, ["sweep", "--workers", "2,2", "--logdir", str(tmp_path), "--", str(TRAIN)]
+        main, ["sweep", "--worker-counts", "2,2", "--logdir", str(tmp_path), "--", str(TRAIN)]
     )
     assert dup.exit_code == 2
     assert dup.stderr.strip().splitlines() == ["Error: each worker count once, please: got [2, 2]"]
@@ -393,7 +393,7 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
 def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     logdir = tmp_path / "sweep"
     args = [
-        "sweep", "--workers", "0,1", "--logdir", str(logdir), "--skip-steps", "2",
+        "sweep", "--worker-counts", "0,1", "--logdir", str(logdir), "--skip-steps", "2",
         "--steps", "5", "--timeout", "120", "--by", "mean", "--",
         sys.executable, str(TRAIN), "--steps", "40", "--delay-ms", "1", "--workers", "{workers}",
     ]  # fmt: skip

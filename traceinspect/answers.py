@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from functools import cache
@@ -33,6 +34,8 @@ from traceinspect._version import __version__
 from traceinspect.sidecar import file_name
 from traceinspect.xplane.cache import cache_dir
 from traceinspect.xplane.locate import Located
+
+log = logging.getLogger(__name__)
 
 MAX_ANSWERS = 256
 _SUFFIX = ".answer.json"
@@ -124,6 +127,11 @@ def read(located: Located, printed: str) -> str | None:
             return None
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used answers survive pruning
+        log.info(
+            "printing the answer kept from an earlier analyze of this unchanged trace "
+            "(%s); --no-cache analyses it again",
+            entry,
+        )
         return str(stored["text"])
     except (OSError, ValueError, TypeError):
         return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from dataclasses import replace
@@ -30,6 +31,9 @@ from traceinspect.xplane.locate import Located
 
 MAX_ENTRIES = 64
 _RECORD = "__record__"
+
+
+log = logging.getLogger(__name__)
 
 
 def load(located: Located) -> Analysis | None:
@@ -49,6 +53,7 @@ def load(located: Located) -> Analysis | None:
         analysis = analysis_from_record(record, arrays)
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used entries survive pruning
+        log.info("using the analysis kept from an earlier run (%s); --no-cache redoes it", entry)
         return replace(analysis, path=str(located.requested))
     except Exception:
         # Any damage (a truncated file, a record of another shape) is a miss, not an error.

@@ -3,8 +3,11 @@
 Code elsewhere refers to columns through these constants, never through bare strings, so
 a rename happens here and type checkers and tests catch every use.
 
-Time columns are integers. Event times are absolute (Unix epoch) nanoseconds. XPlane
-stores picoseconds relative to each line's ``timestamp_ns``; both ends of an event are
+Time columns are integers. Event times are nanoseconds on the trace's own clock: XPlane
+stores picoseconds relative to each line's ``timestamp_ns``, and jax.profiler writes line
+timestamps relative to the start of the profiling session, so ``start_ns`` counts from about
+when tracing began (a first event at some us to ms), not from the Unix epoch. Compare times
+within one trace, or subtract ``Trace.start_ns`` (the first event). Both ends of an event are
 floored to whole nanoseconds when decoded (``duration_ns = floor(end) - floor(start)``),
 so an event that nests inside another in the trace still nests exactly in the frame.
 """

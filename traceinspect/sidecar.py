@@ -63,6 +63,8 @@ Fields (times in Unix ns):
   /sys/fs/cgroup/.../memory.max``; null without one below the host's memory), ``platform``,
   ``python``
 - ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
+- ``maxtext``: whether the script imported MaxText (absent in older sidecars:
+  :attr:`Sidecar.ran_maxtext` then reads the command)
 - ``backend`` (null when the script never imported jax): ``platform``, ``device_count``,
   ``process_count``, ``devices`` (``id``, ``platform``, ``kind``, ``process_index``)
 - ``grain`` (null when the script never imported grain): ``workers_override``,
@@ -267,6 +269,7 @@ class ChildReportJSON(TypedDict, total=False):
     profiler: ProfilerJSON
     host: HostJSON
     versions: dict[str, str | None]
+    maxtext: bool
     backend: dict[str, Any] | None
     grain: GrainJSON | None
     process_index: int | None
@@ -495,6 +498,18 @@ class Sidecar:
         return completed_step_ms(self.steps, lambda s: s.traced)
 
     @property
+    def ran_maxtext(self) -> bool:
+        """Whether the captured script ran MaxText: as the child recorded it, or, in an older
+        sidecar, whether the command names it (``python -m maxtext.train``,
+        ``MaxText/train.py``)."""
+        recorded = self.data.get("maxtext")
+        if isinstance(recorded, bool):
+            return recorded
+        command = self.data.get("command")
+        words = command if isinstance(command, list) else []
+        return any(_MAXTEXT.search(str(word)) for word in words[:3])
+
+    @property
     def untested_note(self) -> str | None:
         """:func:`untested_note` of the versions the capture recorded."""
         versions = self.data.get("versions")
@@ -513,6 +528,10 @@ class Sidecar:
 # Grain's worker errors reaching the script in another form, and short windows whose device
 # work ran after them: what rests on those is missing or wrong there.
 CAPTURE_TESTED_FROM: dict[str, tuple[int, ...]] = {"jax": (0, 10, 2), "grain": (0, 2, 18)}
+
+
+# MaxText run by module (maxtext.train, MaxText.train) or by path (.../MaxText/train.py).
+_MAXTEXT = re.compile(r"(^|[/\\.])maxtext([/\\.]|$)", re.IGNORECASE)
 
 
 def _release(version: str) -> tuple[int, ...]:

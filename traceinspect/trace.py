@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import warnings
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from traceinspect.xplane.frames import Frames
+
+log = logging.getLogger(__name__)
 
 #: ``progress(done_bytes, total_bytes)``, called while files are decoded.
 ProgressCallback = Callable[[int, int], object]
@@ -196,7 +199,7 @@ class Trace:
 
     @property
     def start_ns(self) -> int:
-        """Earliest event start (absolute ns)."""
+        """Earliest event start (ns on the trace's clock: ``schema``'s docstring)."""
         # The decoders record each line's span: a few rows, not a pass over every event.
         lines = self.columns.lines
         spans = lines[S.FIRST_START_NS][lines[S.EVENT_COUNT] > 0]
@@ -204,7 +207,7 @@ class Trace:
 
     @property
     def end_ns(self) -> int:
-        """Latest event end (absolute ns)."""
+        """Latest event end (ns on the trace's clock: ``schema``'s docstring)."""
         lines = self.columns.lines
         spans = lines[S.LAST_END_NS][lines[S.EVENT_COUNT] > 0]
         return int(spans.max()) if len(spans) else 0
@@ -496,7 +499,8 @@ def trace_of(located: Located, raws: list[Raw], decoder: str, cached: int, secon
         names = ", ".join(f.location for f in files)
         raise EmptyTraceError(
             f"{names}: the trace holds no events. The profiler stopped before anything "
-            "ran; capture again over more steps (traceinspect capture --steps N)."
+            "ran; capture again over more steps (traceinspect capture --steps N).",
+            path=located.requested,
         )
     columns = merge_columns(raws, [f.host for f in files])
     info = LoadInfo(
@@ -504,6 +508,15 @@ def trace_of(located: Located, raws: list[Raw], decoder: str, cached: int, secon
         seconds=seconds + time.perf_counter() - t0,
         bytes_read=sum(f.size for f in files),
         cached_files=cached,
+    )
+    log.info(
+        "read %s (%d file(s), %.1f MB, %d from the decode cache) with the %s decoder in %.2f s",
+        located.run.path,
+        len(files),
+        info.bytes_read / 1e6,
+        cached,
+        decoder,
+        info.seconds,
     )
     return Trace(columns=columns, located=located, load_info=info, sidecar=read_sidecar(located))
 

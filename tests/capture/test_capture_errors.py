@@ -104,7 +104,7 @@ def test_cli_unwritable_logdir(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         _cli_main(), ["capture", "--logdir", str(blocked / "x"), "--", str(TRAIN)]
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "cannot write to log directory" in result.output
 
 

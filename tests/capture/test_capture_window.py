@@ -79,6 +79,10 @@ def test_a_run_that_ends_before_it_is_steady_keeps_its_early_trace(tmp_path: Pat
     )
     assert [s["index"] for s in sidecar["steps"] if s["traced"]] == [2, 3, 4, 5]
     assert sidecar["early_trace"]["state"] == "kept"
+    # Said once in the summary line: the window's reason holds the partial reason.
+    summary = result.summary()  # type: ignore[attr-defined]
+    assert summary.count("before the run was steady") == 1
+    assert ", partial; the script returned before the run was steady (no complete" in summary
 
 
 def test_a_run_of_two_steps_has_no_trace_and_says_why(tmp_path: Path) -> None:

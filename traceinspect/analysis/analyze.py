@@ -12,6 +12,7 @@ when unexplained idle time outweighs every known cause. Sync-bound means a read 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,8 @@ from traceinspect.intervals import Intervals
 from traceinspect.sidecar import Sidecar
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES, KNEE_TOLERANCE, MATTERS, PRECEDENCE, VERDICTS
+
+log = logging.getLogger(__name__)
 
 # Sync-bound means the loop reads a device value every step. A read every N steps (logging
 # every N steps, as MaxText recommends) idles the device once per N steps: a cost worth a
@@ -358,6 +361,17 @@ def _verdict(fractions: dict[str, float], per_step: Table) -> _Verdict:
     if fractions["unknown"] >= MATTERS and fractions["unknown"] > known[top]:
         # Idle time that nothing on the host explains: say so rather than pick a cause.
         top, verdict = "unknown", "unknown"
+    log.info(
+        "verdict %s: idle time as a share of step time: %s; the known cause (%s) with the "
+        "largest share names the verdict from %.0f%% on (else device-bound), unless "
+        "unexplained idle time is larger; sync idle time recurs in %.0f%% of the steps%s",
+        verdict,
+        ", ".join(f"{c} {fractions[c]:.1%}" for c in fractions),
+        ", ".join(VERDICTS),
+        MATTERS * 100,
+        sync_steps * 100,
+        " (too few to name the verdict: an occasional read)" if occasional_sync else "",
+    )
     return _Verdict(verdict, top, occasional_sync, sync_steps)
 
 

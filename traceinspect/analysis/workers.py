@@ -68,6 +68,8 @@ class WorkerInputs:
     measured: WorkerMeasurement | None = None
     #: The workers' thread time per batch from capture's stage timers (ms), or None.
     stage_batch_ms: float | None = None
+    #: Whether the run was MaxText's (its setting is ``grain_worker_count``); None: unknown.
+    maxtext: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def recommend_workers(inputs: WorkerInputs, input_limits: bool = True) -> Recomm
         rec["unchanged"] = True
     return Recommendation(
         GRAIN_WORKER_COUNT,
-        _message(rec),
+        _message(rec, inputs.maxtext),
         value=rec["value"],
         current=rec["current"],
         reason=rec["reason"],
@@ -191,14 +193,37 @@ def recommend_workers(inputs: WorkerInputs, input_limits: bool = True) -> Recomm
     )
 
 
-def _message(rec: dict[str, Any]) -> str:
+def _setting(maxtext: bool | None, value: object) -> str:
+    """The worker count's name in the user's code: MaxText's config key, or Grain's option;
+    both when the run is not known (no capture sidecar)."""
+    grain = f"MultiprocessingOptions(num_workers={value})"
+    return grain if maxtext is False else f"{grain}, grain_worker_count in MaxText"
+
+
+def _message(rec: dict[str, Any], maxtext: bool | None = True) -> str:
     current = "unknown" if rec["current"] is None else rec["current"]
-    if rec["value"] is None:
-        return f"No change to grain_worker_count is needed: {rec['reason']}."
-    if rec["value"] == (rec["current"] or 0):
-        head = f"Keep grain_worker_count at {rec['value']}"
+    keep = rec["value"] == (rec["current"] or 0)
+    if maxtext:
+        if rec["value"] is None:
+            return f"No change to grain_worker_count is needed: {rec['reason']}."
+        head = (
+            f"Keep grain_worker_count at {rec['value']}"
+            if keep
+            else f"Set grain_worker_count to {rec['value']} (now {current})"
+        )
+    elif rec["value"] is None:
+        setting = _setting(maxtext, "N")
+        return f"No change to the Grain worker count ({setting}) is needed: {rec['reason']}."
+    elif maxtext is False:
+        setting = _setting(maxtext, rec["value"])
+        head = f"Keep {setting}" if keep else f"Set {setting} (now {current})"
     else:
-        head = f"Set grain_worker_count to {rec['value']} (now {current})"
+        setting = _setting(maxtext, rec["value"])
+        head = (
+            f"Keep the Grain worker count at {rec['value']} ({setting})"
+            if keep
+            else f"Set the Grain worker count to {rec['value']} (now {current}; {setting})"
+        )
     if rec.get("unchanged"):
         return (
             f"{head}: {rec['reason']}; the step stays at about {rec['expected_step_ms']:.2f} ms "
@@ -457,4 +482,5 @@ def worker_inputs(
         read_threads=grain.read_threads,
         measured=WorkerMeasurement.from_sidecar(grain.measured),
         stage_batch_ms=stage_batch_ms,
+        maxtext=sidecar.ran_maxtext if sidecar is not None else None,
     )

@@ -10,7 +10,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from traceinspect.errors import CaptureError
+from traceinspect.errors import CaptureUsageError
 
 # Interpreter options that take a value in the next argument (python -W error -X dev train.py).
 _OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
@@ -51,12 +51,12 @@ def _has_python_shebang(path: str) -> bool:
 def parse_command(command: Sequence[str]) -> ScriptCommand:
     """Split ``python [opts] train.py ARGS``, ``python -m mod ARGS`` or ``train.py ARGS``.
 
-    Raises :class:`CaptureError` (exit code 2) for anything that is not a Python script or
+    Raises :class:`CaptureUsageError` (exit code 2) for anything that is not a Python script or
     module, or a script that does not exist.
     """
     words = tuple(command)
     if not words:
-        raise CaptureError(
+        raise CaptureUsageError(
             "no command given: put the training command after '--', "
             "e.g. traceinspect capture -- python train.py"
         )
@@ -64,14 +64,16 @@ def parse_command(command: Sequence[str]) -> ScriptCommand:
     if _is_python(first):
         python = first if os.sep in first else shutil.which(first)
         if python is None or not pathlib.Path(python).exists():
-            raise CaptureError(f"{first!r} was not found on PATH: give the path of the interpreter")
+            raise CaptureUsageError(
+                f"{first!r} was not found on PATH: give the path of the interpreter"
+            )
         rest = list(words[1:])
     elif first.endswith(".py") or (pathlib.Path(first).is_file() and _has_python_shebang(first)):
         # A bare script runs with the interpreter traceinspect runs in: the one with jax.
         python = sys.executable
         rest = list(words)
     else:
-        raise CaptureError(
+        raise CaptureUsageError(
             f"{first!r} is not a Python command: capture runs "
             "'python train.py ...', 'python -m pkg.mod ...' or 'train.py ...'"
         )
@@ -82,7 +84,7 @@ def parse_command(command: Sequence[str]) -> ScriptCommand:
         if option == "-m" or (option.startswith("-m") and len(option) > 2):
             module = option[2:] or (rest.pop(0) if rest else "")
             if not module:
-                raise CaptureError("'python -m' needs a module name, e.g. python -m pkg.train")
+                raise CaptureUsageError("'python -m' needs a module name, e.g. python -m pkg.train")
             return ScriptCommand(
                 str(pathlib.Path(python).absolute()),
                 tuple(options),
@@ -92,7 +94,7 @@ def parse_command(command: Sequence[str]) -> ScriptCommand:
                 words,
             )
         if option == "-c" or option.startswith("-c"):
-            raise CaptureError(
+            raise CaptureUsageError(
                 "capture needs a script file or a module, not 'python -c': "
                 "save the code to a file and run that"
             )
@@ -100,12 +102,12 @@ def parse_command(command: Sequence[str]) -> ScriptCommand:
         if option in _OPTIONS_WITH_VALUE and rest:
             options.append(rest.pop(0))
     if not rest or rest[0] == "-":
-        raise CaptureError(
+        raise CaptureUsageError(
             "no script given: capture needs 'python train.py ...' or 'python -m pkg.mod ...'"
         )
     script = rest.pop(0)
     if not pathlib.Path(script).is_file():
-        raise CaptureError(
+        raise CaptureUsageError(
             f"script {script!r} not found (working directory {pathlib.Path.cwd()}): check the path"
         )
     return ScriptCommand(

@@ -30,7 +30,7 @@ from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import TIMING_LOADER, TIMING_MODES
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.capture._runner import CaptureOptions, _child_config, _exit_code
-from traceinspect.errors import CaptureError
+from traceinspect.errors import CaptureError, CaptureUsageError
 
 # Of a phase's time limit: how long the steady-state rule may wait before the window opens
 # anyway, and how long the window may last (at least 5 steps). The rest is the margin for a
@@ -88,9 +88,9 @@ def run_phase(
     script or module, or that cannot start.
     """
     if phase not in TIMING_MODES:
-        raise CaptureError(f"unknown phase {phase!r}: use one of {', '.join(TIMING_MODES)}")
+        raise CaptureUsageError(f"unknown phase {phase!r}: use one of {', '.join(TIMING_MODES)}")
     if timeout_s <= 0:
-        raise CaptureError(f"the phase timeout must be positive (seconds), got {timeout_s:g}")
+        raise CaptureUsageError(f"the phase timeout must be positive (seconds), got {timeout_s:g}")
     cmd = parse_command(command)
     scratch = tempfile.mkdtemp(prefix="traceinspect-isolate-")
     try:

@@ -24,7 +24,7 @@ from traceinspect._version import __version__
 from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import _write_json_atomic
 from traceinspect.capture._command import ScriptCommand, parse_command
-from traceinspect.errors import CaptureError
+from traceinspect.errors import CaptureError, CaptureUsageError
 
 STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
 # The child rewrites this file in its scratch directory while the script runs (when the
@@ -62,6 +62,9 @@ class CaptureOptions:
     #: How often the training thread's Python stack is sampled while tracing (0: never).
     sample_interval_ms: float = 5.0
     quiet: bool = False
+    #: The script's stdout goes to this process's stderr (``capture --json``: stdout holds
+    #: the JSON alone).
+    script_stdout_to_stderr: bool = False
     kill_grace_s: float = 30.0
     #: A run directory shared by every capture that names it (one per host of a pod); None
     #: for a new timestamped one.
@@ -78,19 +81,19 @@ class CaptureOptions:
         _check_name("--run-name", self.run_name)
         _check_name("--host-name", self.host_name)
         if self.steps is not None and self.steps < 1:
-            raise CaptureError(f"--steps must be at least 1, got {self.steps}")
+            raise CaptureUsageError(f"--steps must be at least 1, got {self.steps}")
         if self.skip_steps is not None and self.skip_steps < 0:
-            raise CaptureError(f"--skip-steps must be 0 or more, got {self.skip_steps}")
+            raise CaptureUsageError(f"--skip-steps must be 0 or more, got {self.skip_steps}")
         if self.max_wait_s <= 0 or self.window_max_s <= 0:
-            raise CaptureError("--max-wait and --window-max must be more than 0 seconds")
+            raise CaptureUsageError("--max-wait and --window-max must be more than 0 seconds")
         if self.step_source not in STEP_SOURCES:
-            raise CaptureError(
+            raise CaptureUsageError(
                 f"unknown step source {self.step_source!r}: use one of {', '.join(STEP_SOURCES)}"
             )
         if self.delay_s < 0 or self.duration_s <= 0:
-            raise CaptureError("--delay must be >= 0 and --duration > 0 (seconds)")
+            raise CaptureUsageError("--delay must be >= 0 and --duration > 0 (seconds)")
         if self.workers is not None and self.workers < 0:
-            raise CaptureError(f"--workers must be 0 or more, got {self.workers}")
+            raise CaptureUsageError(f"--workers must be 0 or more, got {self.workers}")
 
 
 def _check_name(option: str, name: str | None) -> None:
@@ -98,7 +101,7 @@ def _check_name(option: str, name: str | None) -> None:
     if name is None:
         return
     if not name.strip() or name in (".", "..") or "/" in name or "\0" in name:
-        raise CaptureError(
+        raise CaptureUsageError(
             f"{option} {name!r} cannot be a file name: give a non-empty name without '/'"
         )
 
@@ -153,9 +156,14 @@ class CaptureResult:
                 "host only": f", mean step {ms:.1f} ms (the host's step starts: no step output "
                 "to wait on)",
             }[how]
-        state = f", partial: {'; '.join(self.partial_reasons)}" if self.partial else ""
         reason = window.reason if window is not None else None
         why = f"; {reason}" if self.trace_paths and reason else ""
+        # The window's reason may start with a partial reason ("the script returned before
+        # the run was steady (...): kept the early trace"): said once, there.
+        reasons = [r for r in self.partial_reasons if not (why and why.startswith(f"; {r}"))]
+        state = (
+            (", partial" + (f": {'; '.join(reasons)}" if reasons else "")) if self.partial else ""
+        )
         return f"{what}{mean}{state}{why}; script exit code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,7 +290,7 @@ def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Pa
     advice = "give each process its own --host-name, or use another --run-name"
     trace = Path(run_dir, f"{host}.xplane.pb")
     if trace.exists():
-        raise CaptureError(f"{taken} ({trace.name}): {advice}")
+        raise CaptureUsageError(f"{taken} ({trace.name}): {advice}")
     placeholder: SC.SidecarJSON = {
         "schema_version": SC.SCHEMA_VERSION,
         "tool": {"name": "traceinspect", "version": __version__},
@@ -299,7 +307,7 @@ def _claim_host(run_dir: str, options: CaptureOptions, cmd: ScriptCommand) -> Pa
         with sidecar.open("x", encoding="utf-8") as f:
             f.write(json.dumps(placeholder, indent=2) + "\n")
     except FileExistsError:
-        raise CaptureError(f"{taken} ({sidecar.name}): {advice}") from None
+        raise CaptureUsageError(f"{taken} ({sidecar.name}): {advice}") from None
     except OSError as exc:
         raise CaptureError(f"cannot write '{sidecar}' ({exc.strerror})") from None
     return sidecar
@@ -450,7 +458,8 @@ def run_capture(
         config_path.write_text(json.dumps(config), encoding="utf-8")
         argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
         started_ns = time.time_ns()
-        proc = subprocess.Popen(argv)
+        # fd 2, this process' stderr: the script's output stays apart from our JSON.
+        proc = subprocess.Popen(argv, stdout=2 if options.script_stdout_to_stderr else None)
     except (CaptureError, OSError) as exc:
         shutil.rmtree(scratch, ignore_errors=True)
         if isinstance(exc, CaptureError):

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from traceinspect.capture._runner import _prepare_logdir
-from traceinspect.errors import CaptureError
+from traceinspect.errors import CaptureError, CaptureUsageError
 
 #: How long a host may take to accept a connection before it counts as not answering.
 CONNECT_TIMEOUT_S = 5.0
@@ -79,13 +79,13 @@ def parse_addresses(text: str) -> tuple[str, ...]:
         part = raw.strip()
         match = _ADDRESS.match(part)
         if not match or not 0 < int(match.group("port")) < 65536:
-            raise CaptureError(
+            raise CaptureUsageError(
                 f"--attach {text!r}: {part!r} is not HOST:PORT; give the address of the job's "
                 "profiler server, e.g. --attach localhost:9999 or --attach host1:9999,host2:9999"
             )
         found.append(f"{match.group('host')}:{match.group('port')}")
     if len(set(found)) != len(found):
-        raise CaptureError(f"--attach {text!r} names the same address twice")
+        raise CaptureUsageError(f"--attach {text!r} names the same address twice")
     return tuple(found)
 
 
@@ -142,7 +142,7 @@ def attach(
 ) -> AttachResult:
     """Trace the processes serving their profiler at ``addresses`` for ``duration_s``."""
     if duration_s <= 0:
-        raise CaptureError(f"--duration must be more than 0 seconds, got {duration_s:g}")
+        raise CaptureUsageError(f"--duration must be more than 0 seconds, got {duration_s:g}")
     for address in addresses:
         check_reachable(address)
     _, run_dir, scratch = _prepare_logdir(logdir, run_name)

@@ -5,34 +5,68 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import json
+import logging
 import sys
 from typing import Any
 
 import click
 
 from traceinspect._version import __version__
+from traceinspect.cli._options import JSON_MODE
 from traceinspect.errors import TraceInspectError
 
 # Each command's module, imported only when that command runs (or help lists it): a
 # command pays for its own imports alone (`analyze` does not import capture's runner).
 _COMMANDS = (
     "analyze", "compare", "info", "events", "export", "view", "capture", "sweep", "isolate",
-    "sample",
+    "sample", "mcp",
 )  # fmt: skip
 
 
+def _wants_json(ctx: click.Context, args: list[str]) -> bool:
+    """Whether the command was asked for JSON: its ``--json`` was read (``JSON_MODE``), or,
+    for an error Click raises before reading any option, ``--json`` is among the command's
+    arguments (before a ``--``, after which the script's own arguments start)."""
+    if ctx.meta.get(JSON_MODE):
+        return True
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_error(kind: str, message: str, path: str | None = None) -> None:
+    click.echo(json.dumps({"error": {"type": kind, "message": message, "path": path}}, indent=2))
+
+
 class _Group(click.Group):
-    """A group that turns every :class:`TraceInspectError` into a one-line message, and
-    imports a command's module when the command is asked for."""
+    """A group that turns every :class:`TraceInspectError` into a one-line message (with
+    ``--json``: a JSON ``error`` object on stdout), and imports a command's module when the
+    command is asked for.
+
+    Exit codes: 0 done, 1 a runtime or data error, 2 a usage error (Click's own, or a
+    :class:`~traceinspect.errors.UsageError`), 130 interrupted; ``capture`` ends with the
+    script's."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        protected = getattr(ctx, "_protected_args", None)
+        args = [*(protected if protected is not None else ctx.protected_args), *ctx.args]
         try:
             return super().invoke(ctx)
         except TraceInspectError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            if _wants_json(ctx, args):
+                _json_error(type(exc).__name__, str(exc), exc.path)
+            else:
+                click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            if not _wants_json(ctx, args):
+                raise
+            _json_error(type(exc).__name__, exc.format_message())
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
+            if _wants_json(ctx, args):
+                _json_error("Interrupted", "interrupted (SIGINT)")
+            else:
+                click.echo("Interrupted.", err=True)
             sys.exit(130)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -45,9 +79,34 @@ class _Group(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+def _log_to_stderr(verbose: int) -> None:
+    """-v: traceinspect's log records (how the answer was reached) on stderr; -vv: with the
+    details too. Only the CLI configures logging; the library only logs."""
+    logger = logging.getLogger("traceinspect")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("traceinspect: %(message)s"))
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
+
+    def stop() -> None:
+        # In-process callers (tests, `traceinspect mcp`) go on after the command.
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+    click.get_current_context().call_on_close(stop)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceinspect")
-def main() -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Say on stderr how the answer was reached: the files read, a kept answer used, "
+    "the verdict's reasoning (-vv: more detail). Before the command: traceinspect -v analyze.",
+)
+def main(verbose: int) -> None:
     """Find out why your accelerator sits idle.
 
     Read jax.profiler (XPlane) traces into pandas frames, capture new ones from a
@@ -58,7 +117,21 @@ def main() -> None:
       traceinspect analyze $(traceinspect sample)
       traceinspect info $(traceinspect sample)
       traceinspect events ./traceinspect_logs --name 'PjitFunction' --limit 20
+
+    Every command takes --json (but mcp, which speaks MCP on stdio): one JSON document on
+    stdout, and an error as {"error": {"type": ..., "message": ..., "path": ...}} there too
+    (path: the file or directory it is about, or null). Notes and progress go to stderr.
+
+    \b
+    Exit codes:
+      0  done
+      1  a runtime or data error (no trace there, a corrupt file, nothing to analyse)
+      2  a usage error (an unknown option, a bad value, options that do not go together)
+      130  interrupted (Ctrl-C)
+    capture ends with the script's own exit code once the script ran.
     """
+    if verbose:
+        _log_to_stderr(verbose)
 
 
 def run() -> None:

@@ -22,6 +22,100 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: The last release in which a deprecated option spelling (CHANGELOG: Deprecated) still works.
+DEPRECATED_UNTIL = "0.2"
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """An option's old spelling, kept working for a release: ``old`` is read as ``new``.
+    ``nargs`` tokens followed the old spelling, joined with ``join`` into the new one's value
+    (``--window 10 20`` -> ``--window 10:20``); ``applies`` says whether the tokens are in the
+    old form at all (a spelling whose name did not change)."""
+
+    old: str
+    new: str
+    nargs: int = 1
+    join: str = ""
+    applies: Callable[[list[str]], bool] = lambda values: True
+
+
+class RenamingCommand(click.Command):
+    """A command that reads the old spellings of its renamed options (``renamed=``) as the
+    new ones, with a deprecation note on stderr, so that one option name means one thing
+    across commands (tests/test_option_names.py) without breaking a user's scripts."""
+
+    def __init__(self, *args: Any, renamed: Sequence[Renamed] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.renamed = {r.old: r for r in renamed}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._renamed_args(ctx, args))
+
+    def _renamed_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes = {
+            opt: param.nargs
+            for param in self.params
+            if isinstance(param, click.Option) and not param.is_flag and not param.count
+            for opt in param.opts
+        }
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            token = args[i]
+            name, eq, value = token.partition("=")
+            if token == "--" or not token.startswith("-") or token == "-":
+                if token == "--" or not ctx.allow_interspersed_args:
+                    return out + args[i:]  # the script's own arguments from here on
+                out.append(token)
+                i += 1
+                continue
+            old = self.renamed.get(name) if name.startswith("--") else None
+            values = [value] if eq else args[i + 1 : i + 1 + (old.nargs if old else 0)]
+            if old is not None and len(values) == (1 if eq else old.nargs) and old.applies(values):
+                click.echo(
+                    f"traceinspect: {self.name} {old.old} {' '.join(values)} is deprecated (it "
+                    f"works until {DEPRECATED_UNTIL}): use {old.new} {old.join.join(values)}.",
+                    err=True,
+                )
+                out += [old.new, old.join.join(values)]
+                i += 1 if eq else 1 + old.nargs
+                continue
+            out.append(token)
+            i += 1
+            if not eq and name in takes:
+                out += args[i : i + takes[name]]
+                i += takes[name]
+        return out
+
+
+def parse_range(value: str | None, cast: type[int] | type[float], single: bool) -> Any:
+    """``A:B`` -> ``(A, B)``, either end optional (None); with ``single``, ``A`` alone
+    means ``(A, A + 1)``."""
+    if value is None:
+        return None
+    ends = value.split(":")
+    form = "A:B" if single else "START_MS:END_MS"
+    try:
+        if single and len(ends) == 1:
+            return (int(ends[0]), int(ends[0]) + 1)
+        if len(ends) != 2:
+            raise ValueError
+        return tuple(cast(v) if v.strip() else None for v in ends)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not of the form {form}.") from None
+
+
+def window_option(help_text: str) -> Callable[[F], F]:
+    """``--window START_MS:END_MS`` as ``window``: (start, end) in ms, either end None."""
+    return click.option(
+        "--window",
+        metavar="START_MS:END_MS",
+        callback=lambda _ctx, _param, value: parse_range(value, float, single=False),
+        help=help_text,
+    )
+
+
 @dataclass(frozen=True)
 class TraceRequest:
     """PATH and the options that say how to read it, as one value for a command."""
@@ -111,8 +205,45 @@ def trace_input(func: F) -> F:
     return decorated
 
 
+#: ``ctx.meta`` key set once ``--json`` is seen: errors are then printed as JSON (``_main``).
+JSON_MODE = "traceinspect.json"
+JSON_HELP = 'Print one JSON document on stdout; an error is {"error": {type, message, path}}.'
+
+
+def _note_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_MODE] = True
+    return value
+
+
+def json_flag(help_text: str = JSON_HELP) -> Callable[[F], F]:
+    """``--json`` as ``as_json``; eager, so that an error in any other option is already
+    printed as JSON."""
+    return click.option(
+        "--json", "as_json", is_flag=True, is_eager=True, callback=_note_json, help=help_text
+    )
+
+
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(func)
+    return json_flag()(func)
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option ``name`` (its parameter name) was given, not left at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+def refuse_unused(ctx: click.Context, checks: Sequence[tuple[str, bool, str]]) -> None:
+    """Refuse an option that would have no effect, with one line saying why: each check is
+    (parameter name, whether it is unused in this mode, the reason)."""
+    from traceinspect.errors import UsageError
+
+    for name, unused, reason in checks:
+        if unused and given(ctx, name):
+            param = next(p for p in ctx.command.params if p.name == name)
+            shown = max(param.opts, key=len) if isinstance(param, click.Option) else None
+            raise UsageError(f"{shown or param.human_readable_name} {reason}")
 
 
 # Decoding that ends sooner shows no progress: a line that flashes by says nothing.
@@ -189,7 +320,17 @@ class ProfilerSettings:
 
 
 def profiler_options(func: F) -> F:
-    """The options of :class:`ProfilerSettings`, passed on as ``profiler``."""
+    """The options of :class:`ProfilerSettings`, passed on as ``profiler`` (sweep's)."""
+    return _profiler_options(func, attach=False)
+
+
+def capture_profiler_options(func: F) -> F:
+    """:func:`profiler_options` as capture has them: ``--duration`` also says how long
+    ``--attach`` traces."""
+    return _profiler_options(func, attach=True)
+
+
+def _profiler_options(func: F, attach: bool) -> F:
     from traceinspect.capture import STEP_SOURCES
 
     names = (
@@ -229,8 +370,14 @@ def profiler_options(func: F) -> F:
             "--duration",
             default=5.0,
             show_default=True,
-            help="Time window length (s). With capture --attach: how long to trace (default "
-            "there: 3 s, or long enough for 20 steps when 3 s hold fewer than 10, at most 60).",
+            help="Time window length (s), when no step was found by --delay (or with "
+            "--step-source time)."
+            + (
+                " With --attach: how long to trace (default there: 3 s, or long enough for 20 "
+                "steps when 3 s hold fewer than 10, at most 60)."
+                if attach
+                else ""
+            ),
         ),
         click.option("--host-tracer-level", default=2, show_default=True, help="0-3."),
         click.option(

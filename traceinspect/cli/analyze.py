@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, note_newest_run, trace_input
+from traceinspect.cli._options import (
+    TraceRequest,
+    json_option,
+    note_newest_run,
+    refuse_unused,
+    trace_input,
+)
 from traceinspect.cli._progress import StatusLine
 from traceinspect.errors import UsageError
 
@@ -32,7 +38,7 @@ if TYPE_CHECKING:
     type=click.IntRange(min=0),
     default=5,
     show_default=True,
-    help="How many of the longest gaps to show with their evidence.",
+    help="How many of the longest gaps the text shows with their evidence.",
 )
 @click.option("--all-gaps", is_flag=True, help="With --json: every gap (default: the 50 longest).")
 @click.option(
@@ -67,7 +73,9 @@ if TYPE_CHECKING:
     help="Multi-host runs: analyse the hosts on this Dask scheduler (tcp://host:8786), or "
     "'local' for a local Dask cluster; needs traceinspect[distributed].",
 )
+@click.pass_context
 def analyze(
+    ctx: click.Context,
     request: TraceRequest,
     as_json: bool,
     top_gaps: int,
@@ -99,6 +107,13 @@ def analyze(
     """
     from traceinspect.xplane.locate import locate
 
+    refuse_unused(
+        ctx,
+        [
+            ("all_gaps", not as_json, "goes with --json (the text shows --top N gaps)."),
+            ("top_gaps", as_json, "sets the gaps of the text; --json holds 50, --all-gaps all."),
+        ],
+    )
     located = locate(request.path, request.run)
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {jobs}).")

@@ -3,7 +3,11 @@ each analysed on request, the first and last compared)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -70,31 +74,28 @@ def run_attach(
 
     taken = snapshots(addresses, duration_s, every_s or 0.0, count, on_snapshot=announce, **options)
     runs = [shot.result.run_dir for shot in taken]
-    if as_json:
-        click.echo(json.dumps({"runs": [_shot_dict(s) for s in taken]}, indent=2))
-    if analyze:
-        from traceinspect.cli.analyze import analyze as analyze_command
+    from traceinspect.cli.analyze import analyze as analyze_command
+    from traceinspect.cli.compare import compare as compare_command
 
-        for run in runs:
-            ctx.invoke(
-                analyze_command,
-                path=run,
-                run=None,
-                no_cache=True,
-                decoder="auto",
-                quiet=quiet,
-                as_json=as_json,
-                top_gaps=5,
-                all_gaps=False,
-                plots_dir=None,
-                html_file=None,
-                hosts=(),
-                jobs=None,
-                scheduler=None,
-            )
-    if len(runs) > 1:
-        from traceinspect.cli.compare import compare as compare_command
+    def analyse(run: str) -> None:
+        ctx.invoke(
+            analyze_command,
+            path=run,
+            run=None,
+            no_cache=True,
+            decoder="auto",
+            quiet=quiet,
+            as_json=as_json,
+            top_gaps=5,
+            all_gaps=False,
+            plots_dir=None,
+            html_file=None,
+            hosts=(),
+            jobs=None,
+            scheduler=None,
+        )
 
+    def compare() -> None:
         ctx.invoke(
             compare_command,
             before=runs[0],
@@ -105,6 +106,30 @@ def run_attach(
             quiet=quiet,
             as_json=as_json,
         )
+
+    if as_json:
+        # One document: the snapshots, with each analysis and the comparison as the
+        # commands print them with --json.
+        out: dict[str, Any] = {"runs": [_shot_dict(s) for s in taken]}
+        if analyze:
+            out["analyses"] = [_printed_json(functools.partial(analyse, run)) for run in runs]
+        if len(runs) > 1:
+            out["comparison"] = _printed_json(compare)
+        click.echo(json.dumps(out, indent=2))
+        return
+    if analyze:
+        for run in runs:
+            analyse(run)
+    if len(runs) > 1:
+        compare()
+
+
+def _printed_json(command: Callable[[], None]) -> Any:
+    """The JSON document ``command`` prints on stdout, read back."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        command()
+    return json.loads(printed.getvalue())
 
 
 def _shot_dict(shot: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.capture import CaptureOptions, CaptureProgress, CaptureResult, run_capture
-from traceinspect.cli._options import ProfilerSettings, profiler_options
+from traceinspect.cli._options import ProfilerSettings, capture_profiler_options, json_flag
 from traceinspect.cli._progress import StatusLine, duration
 from traceinspect.errors import TraceInspectError
 
@@ -121,7 +121,7 @@ def progress_text(p: CaptureProgress) -> str:
     "(returns, crashes, is stopped) before the window opens: a short run is never left "
     "without a trace. It costs the window ~1.5 s more of waiting.",
 )
-@profiler_options
+@capture_profiler_options
 @click.option("--workers", type=int, default=None, help="Override Grain's worker count.")
 @click.option(
     "-q",
@@ -154,7 +154,10 @@ def progress_text(p: CaptureProgress) -> str:
     show_default=True,
     help="With --attach: snapshots to take; with more than one, the first and last are compared.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_flag(
+    "Print the result as one JSON document on stdout; the script's own stdout goes to "
+    "stderr meanwhile, so stdout holds the JSON alone."
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def capture(
@@ -182,7 +185,8 @@ def capture(
     """Run a training script and trace a window of its steps.
 
     The script runs as it would without traceinspect; the exit code is the script's.
-    Messages go to stderr; the script's stdout is left alone.
+    Messages go to stderr; the script's stdout is left alone (with --json it goes to
+    stderr, and stdout holds the JSON alone).
 
     On a multi-host run, run one capture per process with the same --run-name and a
     --host-name each: the traces land side by side in one run directory, each host with
@@ -244,6 +248,7 @@ def capture(
         workers=workers,
         **profiler.capture_kwargs(),
         quiet=quiet,
+        script_stdout_to_stderr=as_json,
     )
     # The script writes to the same terminal: the line keeps the last row for itself.
     with StatusLine.on_stderr(quiet, as_json, interval_s=0.25, bottom=True) as line:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
-from traceinspect.cli._options import TraceRequest, trace_input
+from traceinspect.cli._options import (
+    Renamed,
+    RenamingCommand,
+    TraceRequest,
+    json_option,
+    parse_range,
+    trace_input,
+    window_option,
+)
 from traceinspect.errors import UsageError
 
 # Kept in step with traceinspect.report.perfetto.MAX_EVENTS (not imported: it needs pandas,
@@ -16,44 +24,26 @@ from traceinspect.errors import UsageError
 MAX_EVENTS = 1_000_000
 
 
-def _range(value: str | None, cast: type[int] | type[float], single: bool) -> Any:
-    """``A:B`` -> ``(A, B)``, either end optional (None); with ``single``, ``A`` alone
-    means ``(A, A + 1)``."""
-    if value is None:
-        return None
-    ends = value.split(":")
-    form = "A:B" if single else "START_MS:END_MS"
-    try:
-        if single and len(ends) == 1:
-            return (int(ends[0]), int(ends[0]) + 1)
-        if len(ends) != 2:
-            raise ValueError
-        return tuple(cast(v) if v.strip() else None for v in ends)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not of the form {form}.") from None
-
-
-@click.command()
+@click.command(cls=RenamingCommand, renamed=[Renamed("--steps", "--step-range")])
 @trace_input
 @click.option(
     "-o",
     "--output",
-    required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The file to write (gzip-compressed when it ends in .gz: trace.json.gz).",
+    help="The file to write (gzip-compressed when it ends in .gz: trace.json.gz). Default: "
+    "RUN.perfetto.json.gz (RUN-HOST... with --host) in the current directory, RUN the name "
+    "of the run directory.",
 )
 @click.option(
-    "--steps",
+    "--step-range",
+    "steps",
     metavar="A:B",
-    callback=lambda _ctx, _param, value: _range(value, int, single=True),
+    callback=lambda _ctx, _param, value: parse_range(value, int, single=True),
     help="Only analysed steps A to B-1, by position from 0 (as Python slices: 5:, :10, -3:); "
-    "A alone: that step.",
+    "A alone: that step. (Was --steps A:B; --steps is a count in the other commands.)",
 )
-@click.option(
-    "--window",
-    metavar="START_MS:END_MS",
-    callback=lambda _ctx, _param, value: _range(value, float, single=False),
-    help="Only this window, in ms from the trace's first event (with --steps: their overlap).",
+@window_option(
+    "Only this window, in ms from the trace's first event (with --step-range: their overlap)."
 )
 @click.option(
     "--max-events",
@@ -66,13 +56,15 @@ def _range(value: str | None, cast: type[int] | type[float], single: bool) -> An
     "(traceinspect's tracks always stay).",
 )
 @click.option("--host", metavar="NAME", help="Multi-host runs: the host to export.")
+@json_option
 def export(
     request: TraceRequest,
-    output: Path,
+    output: Path | None,
     steps: tuple[int | None, int | None] | None,
     window: tuple[float | None, float | None] | None,
     max_events: int,
     host: str | None,
+    as_json: bool,
 ) -> None:
     """Write the trace and what analyze found as Chrome trace-event JSON for Perfetto.
 
@@ -84,8 +76,9 @@ def export(
 
     \b
     Examples:
+      traceinspect export $(traceinspect sample)
       traceinspect export $(traceinspect sample) -o trace.json.gz
-      traceinspect export ./traceinspect_logs -o steps.json.gz --steps 10:15
+      traceinspect export ./traceinspect_logs -o steps.json.gz --step-range 10:15
       traceinspect export big.xplane.pb -o part.json.gz --window 1200:1800 --max-events 200000
       traceinspect export ./pod_logs -o host2.json.gz --host host2
     """
@@ -112,6 +105,8 @@ def export(
         )
     else:
         trace = request.load(located)
+    if output is None:
+        output = Path(f"{located.run.path.name}{'-' + host if host else ''}.perfetto.json.gz")
     result = perfetto_trace(
         trace,
         analyze(trace),
@@ -125,6 +120,16 @@ def export(
         raise UsageError(
             f"{output}: cannot write the file ({exc.strerror}); pick another -o."
         ) from None
+    if as_json:
+        out = {
+            "output": str(output),
+            "bytes": size,
+            "events": result.event_count,
+            "left_out": result.dropped_count,
+            "left_out_by_kind": result.dropped,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
     if request.quiet:
         return
     if result.dropped_count:
@@ -132,7 +137,7 @@ def export(
         click.echo(
             f"Left out {result.dropped_count:,} of {total:,} events of the trace, the shortest "
             f"({_kinds(result.dropped)}), to stay within --max-events {max_events:,}; "
-            "--steps or --window export a shorter stretch whole.",
+            "--step-range or --window export a shorter stretch whole.",
             err=True,
         )
     click.echo(

@@ -6,14 +6,18 @@ import json
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, trace_input
+from traceinspect.cli._options import TraceRequest, json_option, refuse_unused, trace_input
 
 
 @click.command()
 @trace_input
 @json_option
-@click.option("--all-lines", is_flag=True, help="Also list lines that hold no events.")
+@click.option(
+    "--all-lines", is_flag=True, help="Also list lines that hold no events (--json has them all)."
+)
+@click.pass_context
 def info(
+    ctx: click.Context,
     request: TraceRequest,
     as_json: bool,
     all_lines: bool,
@@ -31,6 +35,7 @@ def info(
     from traceinspect.analysis.overview import overview
     from traceinspect.report.info import render_info
 
+    refuse_unused(ctx, [("all_lines", as_json, "is for the text: --json lists every line.")])
     ov = overview(request.load())
     if as_json:
         click.echo(json.dumps(ov.to_dict(), indent=2))

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from traceinspect.cli._options import json_flag
 from traceinspect.cli._progress import is_terminal
 
 
@@ -64,7 +65,7 @@ def _progress(phase: str, index: int, total: int, attempt: int) -> None:
     help="Where the script's output of each phase goes (target.log, loader.log, real.log: "
     "the runs that count; the others' in <phase>-run<N>.log).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_flag()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def isolate(
     *,

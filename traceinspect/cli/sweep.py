@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import ProfilerSettings, profiler_options
+from traceinspect.cli._options import (
+    ProfilerSettings,
+    Renamed,
+    RenamingCommand,
+    json_flag,
+    profiler_options,
+)
 from traceinspect.cli._progress import StatusLine, duration
 
 # As traceinspect.sweep.METRICS, without importing the library when the CLI starts.
@@ -21,7 +27,7 @@ def _worker_counts(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> tuple[int, ...]:
     if value is None:
-        raise click.BadParameter("give the counts to try, e.g. --workers 1,2,4,8")
+        raise click.BadParameter("give the counts to try, e.g. --worker-counts 1,2,4,8")
     try:
         return tuple(int(part) for part in value.split(",") if part.strip())
     except ValueError:
@@ -65,15 +71,19 @@ class _Progress:
 
 
 @click.command(
+    cls=RenamingCommand,
+    # --workers is one count in capture and isolate; kept here for a release.
+    renamed=[Renamed("--workers", "--worker-counts")],
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.option(
-    "--workers",
+    "--worker-counts",
     "worker_counts",
     metavar="N,N,...",
     required=True,
     callback=_worker_counts,
-    help="Grain worker counts to try, comma-separated.",
+    help="Grain worker counts to try, comma-separated (was --workers, which is one count in "
+    "capture and isolate).",
 )
 @click.option(
     "--timeout",
@@ -126,7 +136,7 @@ class _Progress:
     show_default=True,
     help="Compare counts by median step time, or by mean (throughput; for bursty steps).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_flag()
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -158,8 +168,8 @@ def sweep(
 
     \b
     Examples:
-      traceinspect sweep --workers 1,2,4,8 -- python train.py --grain_worker_count={workers}
-      traceinspect sweep --workers 0,2,4 --steps 20 --timeout 300 -- python train.py
+      traceinspect sweep --worker-counts 1,2,4,8 -- python train.py --grain_worker_count={workers}
+      traceinspect sweep --worker-counts 0,2,4 --steps 20 --timeout 300 -- python train.py
     """
     from traceinspect.capture import CaptureOptions
     from traceinspect.report.sweep import render_sweep, write_sweep

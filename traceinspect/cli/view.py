@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, trace_input
-from traceinspect.errors import AnalysisError, UsageError
+from traceinspect.cli._options import TraceRequest, json_option, refuse_unused, trace_input
+from traceinspect.errors import AnalysisError, TraceInspectError
 
 if TYPE_CHECKING:
     from traceinspect.analysis.result import Analysis
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 )
 @click.option("--host", metavar="NAME", help="Multi-host runs: list this host's gaps only.")
 @click.option("--no-analyze", is_flag=True, help="Only serve XProf; do not analyse the trace.")
+@click.pass_context
 def view(
+    ctx: click.Context,
     request: TraceRequest,
     as_json: bool,
     port: int | None,
@@ -59,6 +61,13 @@ def view(
       traceinspect view ./traceinspect_logs --run 2025_01_31_12_00_00 --port 8791
       traceinspect view ./pod_logs --host host2 --top 10
     """
+    refuse_unused(
+        ctx,
+        [
+            ("top", no_analyze, "lists the analysis' gaps: not with --no-analyze."),
+            ("host", no_analyze, "picks the host whose gaps are listed: not with --no-analyze."),
+        ],
+    )
     from traceinspect.report.view import render_view, worst_gaps
     from traceinspect.viewer import start_xprof
     from traceinspect.xplane.locate import locate
@@ -118,4 +127,4 @@ def _serve(server: XProfServer, quiet: bool) -> None:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-    raise UsageError(f"XProf stopped by itself (exit code {code}): {server.last_words()}")
+    raise TraceInspectError(f"XProf stopped by itself (exit code {code}): {server.last_words()}")

@@ -8,14 +8,17 @@ from traceinspect.analysis.result import Analysis, Finding
 from traceinspect.vocabulary import CAUSES, STAGES, band
 
 
-def findings_lines(findings: tuple[Finding, ...], title: str = "Findings") -> list[str]:
-    """A findings section (a blank line, the title, each finding and its fix), or nothing."""
+def findings_lines(
+    findings: tuple[Finding, ...], title: str = "Findings", todo: tuple[str, ...] = ()
+) -> list[str]:
+    """A findings section (a blank line, the title, each finding and its fix), or nothing.
+    A fix that "What to do" (``todo``, printed below) gives word for word points there."""
     if not findings:
         return []
     out = ["", title]
     for f in findings:
         out.append(f"  [{f.severity}] {f.rule}: {f.message}")
-        out.append(f"      fix: {f.fix}")
+        out.append(f"      fix: {'under What to do, below' if f.fix in todo else f.fix}")
     return out
 
 
@@ -82,7 +85,7 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
             )
             for line in g[S.EVIDENCE][i]:
                 out.append(f"      {line}")
-    out += findings_lines(a.findings)
+    out += findings_lines(a.findings, todo=tuple(r.message for r in a.recommendations))
     if a.recommendations:
         out.append("")
         out.append("What to do")

@@ -97,17 +97,22 @@ def _numbers(a: Analysis) -> str:
         f"<table>{head}</table>"
         "<h2>Idle time by cause</h2>"
         "<table><tr><th>cause</th><th>idle ms (all steps)</th><th>of step time</th>"
-        f"<th></th></tr>{causes}</table>" + _stages_table(a) + _findings_list(a.findings)
+        f"<th></th></tr>{causes}</table>"
+        + _stages_table(a)
+        + _findings_list(a.findings, [r.message for r in a.recommendations])
     )
 
 
-def _findings_list(findings: Sequence[Finding]) -> str:
-    """What is set up wrong, when anything is."""
+def _findings_list(findings: Sequence[Finding], todo: Sequence[str] = ()) -> str:
+    """What is set up wrong, when anything is; a fix already listed under What to do (at
+    the top of the page, ``todo``) points there instead of repeating it."""
     if not findings:
         return ""
     items = "".join(
         f"<li><b>{escape(f.rule)}</b> ({escape(f.severity)}): {escape(f.message)}"
-        f"<br><i>Fix:</i> {escape(f.fix)}</li>"
+        "<br><i>Fix:</i> "
+        + ("under What to do, at the top." if f.fix in todo else escape(f.fix))
+        + "</li>"
         for f in findings
     )
     return f"<h2>Findings</h2><ul>{items}</ul>"
@@ -258,7 +263,7 @@ def render_pod_html(pod: PodAnalysis, *, figures: Mapping[str, Figure] | None = 
         f"{notes}"
         f"<h2>What to do</h2><ul>{recs or '<li>Nothing to change.</li>'}</ul>"
         f"<h2>Hosts (per step, median)</h2>{table}"
-        f"{_findings_list(pod.findings)}"
+        f"{_findings_list(pod.findings, [r.message for r in pod.recommendations])}"
         f"<h2>Plots</h2>{_figures(figures, captions)}"
         "</body></html>\n"
     )

@@ -317,6 +317,8 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
         if heights.any():
             label = "device busy" if name == "busy" else f"idle: {name}"
             handles.append(Patch(facecolor=color, label=label))
+    # Headroom above the tallest bar, so that it does not touch the top of the axes.
+    ax.set_ylim(0, float(bottom.max()) * 1.1 if len(bottom) and bottom.max() > 0 else 1.0)
     # At most ~20 labelled steps, so long runs stay legible.
     every = max(1, int(np.ceil(len(x) / 20)))
     ax.set_xticks(x[::every], [str(s) for s in per_step[S.STEP].tolist()[::every]])
@@ -372,7 +374,12 @@ def plot_gap_distribution(analysis: Analysis, ax: Axes | None = None) -> Axes:
             f"{format_ms(totals[worst])} in all"
         )
     ax.grid(axis="x", which="major", color="#DDDDDD", linewidth=0.8, zorder=0)
-    ax.set_xlabel("gap duration (ms, log scale)")
+    # The idle table splits a gap's instants between causes; here a gap counts whole under
+    # the cause of most of it, so the totals differ: say so where the totals are read.
+    ax.set_xlabel(
+        "gap duration (ms, log scale); each gap counts whole under its main cause "
+        "(the idle-time table splits it by cause)"
+    )
     ax.set_title(title, loc="left")
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)

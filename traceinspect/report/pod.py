@@ -62,7 +62,9 @@ def render_pod(pod: PodAnalysis, *, max_steps: int = 10) -> str:
         if aligned > len(shown):
             out.append(f"  ... {aligned - len(shown)} more step(s) (--json lists them all)")
     out += findings_lines(
-        pod.findings, "Findings across hosts (each analysed host's own: analyze HOST_FILE)"
+        pod.findings,
+        "Findings across hosts (each analysed host's own: analyze HOST_FILE)",
+        todo=tuple(r.message for r in pod.recommendations),
     )
     if pod.recommendations:
         out.append("")

@@ -70,11 +70,14 @@ def plot_step_curve(sidecar: Sidecar, ax: Axes | None = None) -> Axes:
             ax.plot(xs, np.minimum(ys, top), color=color, linewidth=0.9)
             handles.append(Line2D([], [], color=color, label=label))
     clipped = [(float(w), int(i)) for i, w in zip(index, wall, strict=True) if w > top]
-    for w, i in sorted(clipped, reverse=True)[:MAX_LABELS]:
+    labelled = sorted(sorted(clipped, reverse=True)[:MAX_LABELS], key=lambda wi: wi[1])
+    for row, (w, i) in enumerate(labelled):
+        # One line each, down from the top edge in step order: neighbouring steps (0 and 1,
+        # both compiling) would otherwise print over one another.
         ax.annotate(
             f"step {i}: {w / 1000:.2f} s" if w >= 1000 else f"step {i}: {w:.0f} ms",
             (float(i), top),
-            xytext=(3, -10),
+            xytext=(3, -10 - 11 * row),
             textcoords="offset points",
             fontsize=8,
         )

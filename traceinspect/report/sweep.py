@@ -133,9 +133,13 @@ def plot_title(result: SweepResult) -> str:
     if result.chosen is None:
         return "No worker count could be measured"
     chosen = result.run(result.chosen)
+    head = f"{chosen.workers} workers: {_fmt_ms(chosen.step_ms(result.metric))} ms/step"
+    if result.best is None or result.best == result.chosen:
+        return f"{head}, the best"
+    best = result.run(result.best)
     return (
-        f"{chosen.workers} workers: {_fmt_ms(chosen.step_ms(result.metric))} ms/step, "
-        f"within {result.tolerance:.0%} of the best"
+        f"{head}, within {result.tolerance:.0%} of the best "
+        f"({_fmt_ms(best.step_ms(result.metric))} ms at {best.workers})"
     )
 
 
@@ -192,6 +196,8 @@ def plot_sweep(result: SweepResult, ax: Axes | None = None) -> Axes:
             linestyle=":",
             label=f"chosen: {chosen.workers} workers",
             gid="chosen",
+            # Behind the step-time line and its error bar, which it would cover.
+            zorder=0.5,
         )
     ax.set_xticks(range(len(result.runs)))
     ax.set_xticklabels(

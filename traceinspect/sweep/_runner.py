@@ -84,7 +84,7 @@ def run_dir_for(logdir: str | Path, workers: int) -> Path:
 def check_worker_counts(worker_counts: Sequence[int]) -> tuple[int, ...]:
     counts = tuple(int(n) for n in worker_counts)
     if not counts:
-        raise UsageError("give at least one worker count, e.g. --workers 1,2,4,8")
+        raise UsageError("give at least one worker count, e.g. --worker-counts 1,2,4,8")
     if any(n < 0 for n in counts):
         raise UsageError(f"worker counts must be 0 or more, got {list(counts)}")
     if len(set(counts)) != len(counts):

@@ -26,12 +26,13 @@ from traceinspect.errors import TraceDecodeError, TraceInspectError, TraceNotFou
 # Chained URLs (simplecache::gs://...) included; one letter before :// is a drive.
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+::)*[A-Za-z][A-Za-z0-9+.-]+://")
 
-# The package behind a scheme, for the message when fsspec cannot import it.
+# What to install for a scheme, for the message when fsspec cannot import it: traceinspect's
+# extra where it has one (pyproject.toml), else the package.
 _PACKAGES = {
-    "gs": "gcsfs",
-    "gcs": "gcsfs",
-    "s3": "s3fs",
-    "s3a": "s3fs",
+    "gs": "'traceinspect[gcs]'",
+    "gcs": "'traceinspect[gcs]'",
+    "s3": "'traceinspect[s3]'",
+    "s3a": "'traceinspect[s3]'",
     "az": "adlfs",
     "abfs": "adlfs",
     "abfss": "adlfs",
@@ -140,7 +141,7 @@ def stat(loc: Location) -> Stat:
         return Stat(size=st.st_size, mtime_ns=st.st_mtime_ns)
     probed = probe(loc)
     if probed is None or probed[1] is None:
-        raise TraceNotFoundError(f"{loc}: no such file. Check the URL.")
+        raise TraceNotFoundError(f"{loc}: no such file. Check the URL.", path=loc)
     return probed[1]
 
 
@@ -212,14 +213,15 @@ def fetched(loc: Location) -> Iterator[Path]:
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except FileNotFoundError:
             raise TraceNotFoundError(
-                f"{loc}: no such file (removed since it was listed?). Check the URL."
+                f"{loc}: no such file (removed since it was listed?). Check the URL.", path=loc
             ) from None
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise _unreadable(loc, exc, TraceDecodeError) from None
             raise TraceDecodeError(
                 f"{loc}: no space left to download it into {tempfile.gettempdir()}; "
-                "point TMPDIR at a disk with room for the file."
+                "point TMPDIR at a disk with room for the file.",
+                path=loc,
             ) from None
         except Exception as exc:
             raise _unreadable(loc, exc, TraceDecodeError) from None
@@ -231,9 +233,10 @@ def _filesystem(loc: URLPath) -> tuple[Any, str]:
     try:
         from fsspec.core import url_to_fs
     except ImportError:
+        extra = _PACKAGES.get(loc.protocol, "'traceinspect[remote]'")
+        extra = extra if extra.startswith("'traceinspect[") else "'traceinspect[remote]'"
         raise UsageError(
-            f"{loc}: reading remote log directories needs fsspec: pip install "
-            "'traceinspect[remote]' (and gcsfs for gs://, s3fs for s3://)."
+            f"{loc}: reading {loc.protocol}:// log directories needs fsspec: pip install {extra}."
         ) from None
     try:
         fsys, path = url_to_fs(loc.url)

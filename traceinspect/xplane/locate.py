@@ -11,6 +11,7 @@ Each may be local or behind a URL (``gs://bucket/logdir``, see :mod:`traceinspec
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -18,6 +19,8 @@ from pathlib import PurePosixPath
 from traceinspect.errors import AmbiguousRunError, TraceNotFoundError
 from traceinspect.xplane import fs
 from traceinspect.xplane.fs import Location, Stat, URLPath
+
+log = logging.getLogger(__name__)
 
 SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 PROFILE_DIR = ("plugins", "profile")
@@ -133,7 +136,8 @@ def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Lo
     if probed is None:
         raise TraceNotFoundError(
             f"{p}: no such file or directory. Pass a *.xplane.pb file, a run directory "
-            "or a TensorBoard log directory (for example ./traceinspect_logs)."
+            "or a TensorBoard log directory (for example ./traceinspect_logs).",
+            path=p,
         )
     if probed[0] == "file":
         hf = HostFile(host_of(p), p, probed[1])
@@ -144,22 +148,28 @@ def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Lo
         raise TraceNotFoundError(
             f"{p}: no *.xplane.pb file in this directory or below it. Capture one with "
             "`traceinspect capture -- python train.py`, or point at the log directory "
-            "jax.profiler wrote."
+            "jax.profiler wrote.",
+            path=p,
         )
     if run is not None:
         chosen = [r for r in runs if run in (r.name, r.path.name)]
         if not chosen:
-            raise AmbiguousRunError(f"{p}: no run named {run!r}; runs here: {_listing(runs)}.")
+            raise AmbiguousRunError(
+                f"{p}: no run named {run!r}; runs here: {_listing(runs)}.", path=p
+            )
         if len(chosen) > 1:
             raise AmbiguousRunError(
-                f"{p}: {len(chosen)} runs are named {run!r}; pass one of: {_listing(chosen)}."
+                f"{p}: {len(chosen)} runs are named {run!r}; pass one of: {_listing(chosen)}.",
+                path=p,
             )
         return Located(requested=p, run=chosen[0], all_runs=tuple(runs), chose_newest=False)
     if len({_location(r) for r in runs}) > 1:
         raise AmbiguousRunError(
             f"{p}: runs from {len({_location(r) for r in runs})} profile directories; "
-            f"choose one with --run: {_listing(runs)}."
+            f"choose one with --run: {_listing(runs)}.",
+            path=p,
         )
+    log.debug("%s: %d run(s); reading the newest, %s", p, len(runs), runs[-1].name)
     return Located(requested=p, run=runs[-1], all_runs=tuple(runs), chose_newest=len(runs) > 1)
 
 

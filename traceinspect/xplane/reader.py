@@ -155,7 +155,8 @@ def _decode_local(
         if size == 0:
             raise TraceDecodeError(
                 f"{name}: the file is empty (0 bytes). The profiler did not finish "
-                "writing it; capture the run again."
+                "writing it; capture the run again.",
+                path=path,
             )
         with path.open("rb") as fh:
             head = fh.read(2)
@@ -169,14 +170,19 @@ def _decode_local(
             # of events and after each plane).
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 return _checked(name, mapped, decoder, progress, True, release_gil)
+    except TraceDecodeError as exc:
+        exc.path = exc.path or str(path)
+        raise
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceDecodeError(
             f"{name}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
-            "again, or decompress a complete copy."
+            "again, or decompress a complete copy.",
+            path=path,
         ) from None
     except OSError as exc:
         raise TraceDecodeError(
-            f"{name}: cannot read the file ({exc.strerror or exc}). Check permissions."
+            f"{name}: cannot read the file ({exc.strerror or exc}). Check permissions.",
+            path=path,
         ) from None
 
 

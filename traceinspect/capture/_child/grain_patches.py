@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN, TIMING_LOADER, TIMING_TARGET
+from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN, TIMING_LOADER, TIMING_TARGET, _warn
 from .hooks import _wrap_method
 from .window import _TRACING, _Capture
 
@@ -194,6 +194,7 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
         @functools.wraps(real_loader_init)
         def loader_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            _parse_absl_defaults(cap)
             if workers is not None:
                 kwargs["worker_count"] = workers
             real_loader_init(self, *args, **kwargs)
@@ -220,6 +221,7 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
     def mp_prefetch(
         self: Any, options: Any = None, worker_init_fn: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
+        _parse_absl_defaults(cap)
         options = options or options_mod.MultiprocessingOptions(num_workers=10)
         if workers is not None:
             options = dataclasses.replace(options, num_workers=workers)
@@ -572,6 +574,38 @@ _worker_probe.__module__ = "__main__"
 
 def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str)) or value is None else repr(value)
+
+
+#: What capture says when it marks absl's flags parsed for the script (stderr and sidecar).
+ABSL_DEFAULTS_NOTE = (
+    "Grain reads absl flags and the script had not parsed them: marked them parsed with "
+    "their defaults (without traceinspect: absl.flags.FLAGS.mark_as_parsed() or "
+    "absl.app.run first)."
+)
+
+
+def _parse_absl_defaults(cap: _Capture) -> None:
+    """Mark absl's flags parsed, with their defaults, when Grain is about to read them and
+    nothing has parsed them: Grain's ``mp_prefetch`` and ``DataLoader`` read absl flags on
+    another thread, which raises ``UnparsedFlagAccessError`` in a plain script.
+
+    Done here, when the script builds its pipeline, and not before the script runs: a script
+    that parses its own flags (``absl.app.run``, ``FLAGS(argv)``) has done so by then, and
+    one that checks ``FLAGS.is_parsed()`` before parsing still sees False until it needs
+    Grain. Even so a later ``FLAGS(argv)`` parses the command line as usual (absl parses on
+    every call)."""
+    flags = sys.modules.get("absl.flags")
+    if flags is None:
+        return
+    try:
+        if flags.FLAGS.is_parsed():
+            return
+        flags.FLAGS.mark_as_parsed()
+    except Exception:
+        return
+    cap.notes.append(ABSL_DEFAULTS_NOTE)
+    if not cap.config.get("quiet"):
+        _warn(ABSL_DEFAULTS_NOTE)
 
 
 def _enable_worker_profiling() -> bool:

@@ -84,6 +84,8 @@ def build_report(cap: _State) -> ChildReportJSON:
         },
         "host": _host_info(cap.memory_at_start),
         "versions": _versions(),
+        # Whether the script ran MaxText: the worker advice names its setting then.
+        "maxtext": any(name.partition(".")[0].lower() == "maxtext" for name in list(sys.modules)),
         "backend": _backend_info(),
         "grain": grain_summary(cap),
         "process_index": distributed["process_index"],

@@ -1,0 +1,37 @@
+"""`traceinspect mcp`: the read-and-analyse commands as tools for coding agents, over MCP.
+
+Each tool runs the command of its name with ``--json`` in this process and returns what that
+prints: the same JSON document as ``traceinspect <command> --json``, errors included (a tool
+error whose text is the ``{"error": {...}}`` object). The server is the official MCP Python
+SDK's (``pip install 'traceinspect[mcp]'``), on stdio (``_mcp_server``). docs/agents.md and the
+agent skill docs/skills/traceinspect/SKILL.md say how to use it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceinspect.errors import TraceInspectError
+
+
+@click.command()
+def mcp() -> None:
+    """Serve analyze, info, events, compare and attach to coding agents over MCP (stdio).
+
+    An MCP server on stdin/stdout, with the official MCP Python SDK
+    (pip install 'traceinspect[mcp]'). Each tool returns the JSON of the command's --json,
+    errors as {"error": {...}}. Register it with an agent as the command
+    `traceinspect mcp`; docs/agents.md and docs/skills/traceinspect/SKILL.md say more.
+
+    \b
+    Examples:
+      traceinspect mcp
+      claude mcp add traceinspect -- traceinspect mcp
+    """
+    try:
+        from traceinspect.cli._mcp_server import build_server
+    except ImportError as exc:
+        raise TraceInspectError(
+            f"traceinspect mcp needs the MCP Python SDK ({exc}): pip install 'traceinspect[mcp]'."
+        ) from None
+    build_server().run("stdio")
