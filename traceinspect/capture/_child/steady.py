@@ -25,7 +25,7 @@ STEADY_TOLERANCE = 1.35
 # A stall every N steps (a synchronous checkpoint every 25 steps: 250 ms against 10 ms steps)
 # puts one, two or no stalls in a block: its means never agree (18.8, 27.3, 12.6 ms on a GPU),
 # and the run was never called steady. A step is a stall when it lasts STALL_FACTOR times the
-# mean of the last STALL_HISTORY steps; once STALL_SEEN stalls are evenly spaced (give or
+# mean of the last STALL_HISTORY steps (judged once STALL_JUDGED steps are in it); once STALL_SEEN stalls are evenly spaced (give or
 # take a step) the rule knows the period and cuts a second series of blocks, each a whole
 # number of periods (at least STALL_BLOCK_PERIODS), each holding as many stalls as the next:
 # the run is steady when either series agrees (the first is the rule as it was: a loop that
@@ -33,6 +33,7 @@ STEADY_TOLERANCE = 1.35
 # holds STALL_WINDOW_PERIODS periods, so that the trace shows what the stalls are.
 STALL_FACTOR = 5.0
 STALL_HISTORY = 64
+STALL_JUDGED = 16
 STALL_SEEN = 3
 STALL_BLOCK_PERIODS = 1
 STALL_WINDOW_PERIODS = 2
@@ -111,9 +112,8 @@ class _Steady:
             return
         wall = start_ns - previous[1]
         history = self._walls
-        # Judged against a full history only: while jax's queue fills, steps take 0.1-1 ms
-        # and the first normal one looks like a stall.
-        if len(history) >= STALL_HISTORY:
+        # Judged against enough history: the first steps are few to average over.
+        if len(history) >= STALL_JUDGED:
             # Against the mean, not the median: a host that runs ahead of the device takes
             # 0.1-14 ms a step between stalls of 700 ms (the CPU backend's queue), whose
             # median would make every longer step a stall.
