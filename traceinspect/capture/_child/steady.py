@@ -22,15 +22,15 @@ STEADY_BLOCK_STEPS = 8
 STEADY_BLOCK_S = 0.5
 STEADY_BLOCKS = 3
 STEADY_TOLERANCE = 1.35
-# A stall every N steps (a synchronous checkpoint every 25 steps: 250 ms against 10 ms steps)
-# puts one, two or no stalls in a block: its means never agree (18.8, 27.3, 12.6 ms on a GPU),
-# and the run was never called steady. A step is a stall when it lasts STALL_FACTOR times the
-# mean of the last STALL_HISTORY steps (judged once STALL_JUDGED steps are in it); once
-# STALL_SEEN stalls are evenly spaced (give or take a step) the rule knows the period and cuts a second series of blocks, each a whole
-# number of periods (at least STALL_BLOCK_PERIODS), each holding as many stalls as the next:
-# the run is steady when either series agrees (the first is the rule as it was: a loop that
-# reads every 10th step still opens where it did). With a period known, the default window
-# holds STALL_WINDOW_PERIODS periods, so that the trace shows what the stalls are.
+# A stall every N steps (a synchronous checkpoint every 25 steps: 250 ms against 10 ms steps) puts
+# one, two or no stalls in a block: its means never agree (18.8, 27.3, 12.6 ms on a GPU), and the
+# run was never called steady. A step is a stall when it lasts STALL_FACTOR times the mean of the
+# last STALL_HISTORY steps (judged once STALL_JUDGED steps are in it); once STALL_SEEN stalls are
+# evenly spaced (give or take a step) the rule knows the period and cuts a second series of
+# blocks, each a whole number of periods (at least STALL_BLOCK_PERIODS), each holding as many
+# stalls as the next: the run is steady when either series agrees (the first is the rule as it
+# was: a loop that reads every 10th step still opens where it did). With a period known, the
+# default window holds STALL_WINDOW_PERIODS periods, so that the trace shows what the stalls are.
 STALL_FACTOR = 5.0
 STALL_HISTORY = 64
 STALL_JUDGED = 16
