@@ -81,6 +81,13 @@ def _workers(analysis: Analysis) -> Recommendation:
     return rec
 
 
+def _workers_if_any(analysis: Analysis) -> Recommendation | None:
+    """The worker count's advice; None where input does not matter and no worker is idle
+    (the count is advised only where input holds the step back, or to let idle ones go)."""
+    found = [r for r in analysis.recommendations if r.kind == "grain_worker_count"]
+    return found[0] if found else None
+
+
 def _step_at(
     runs: ModuleType, name: str, data: Path, out: Path, truth: dict[int, float], workers: int
 ) -> float:
@@ -109,7 +116,8 @@ def test_tiny_config_is_device_bound_and_gets_no_advice_it_follows(
     kinds = [r.kind for r in a.recommendations]
     assert "remove_sync" not in kinds, a.recommendations
     assert not any("previous step" in r.message for r in a.recommendations)
-    assert _workers(a).value in (None, 1), _workers(a)
+    rec1 = _workers_if_any(a)
+    assert rec1 is None or rec1.value in (None, 1), rec1
 
     # At 4 workers, idle ones: fewer, and the step it expects holds when measured.
     a4 = _capture(runs, "tiny", 4, data, tmp_path / "w4")
