@@ -170,4 +170,5 @@ def test_maxtexts_own_profile_gets_a_verdict_or_says_what_to_set(
         return
     assert a.verdict == "device-bound", (a.summary, a.notes)
     assert any("skip_first_n_steps_for_profiler" in n for n in a.notes), a.notes
-    assert _workers(a).value is None
+    rec = _workers_if_any(a)
+    assert rec is None or rec.value is None, rec
