@@ -14,11 +14,14 @@ of its own (made with uv, in seconds):
   with the tests marked ``stack`` (real captures of real JAX + Grain loops, analysed);
 - ``maxtext``: MaxText's own training loop under ``traceinspect capture``, on Python 3.12 with
   MaxText's training-path dependencies (``tests/maxtext_loop/``);
+- ``keras``: Keras 3 ``model.fit`` (JAX backend) on a Grain dataset under ``traceinspect
+  capture``, on Python 3.12 with the newest Keras, jax and Grain (``tests/capture/test_keras.py``);
 - ``docs``: the documentation site (``mkdocs.yml``), built with warnings as errors.
 
     nox                      # the whole matrix (what CI runs after pytest)
     nox -s 'stack(newest-3.12)'
     nox -s maxtext
+    nox -s keras
     nox -s docs
     nox -l                   # list the sessions
 
@@ -39,7 +42,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 # PYTHONDONTWRITEBYTECODE=1: every process then compiled jax from source, 2-3 s per import of
 # jax 0.12 against 0.5 s compiled, in every capture child, Grain worker and MaxText run.
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
-nox.options.sessions = ["stack", "maxtext", "docs"]
+nox.options.sessions = ["stack", "maxtext", "keras", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack: the oldest Python we declare, with the oldest core dependencies
@@ -152,6 +155,26 @@ def maxtext(session: nox.Session) -> None:
         "tests/maxtext_loop",
         *session.posargs,
         env={"TRACEINSPECT_MAXTEXT": "require"},
+    )
+
+
+@nox.session(python="3.12")
+def keras(session: nox.Session) -> None:
+    """Keras 3 ``model.fit`` (JAX backend) on a Grain dataset under traceinspect capture
+    (tests/capture/test_keras.py), on the newest jax, Grain and Keras that Python 3.12 gets."""
+    # Keras picks its backend at import (TensorFlow unless told).
+    session.env["KERAS_BACKEND"] = "jax"
+    session.install("-e", ".[test]", "keras", "jax", "jaxlib", "grain")
+    _versions(session)
+    session.run("python", "-c", "import keras; print('keras', keras.__version__)")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "tests/capture/test_keras.py",
+        *session.posargs,
+        env={"TRACEINSPECT_KERAS": "require"},
     )
 
 

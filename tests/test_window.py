@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traceinspect.capture._child._base import SOURCE_GRAIN, _StopAfter
+from traceinspect.capture._child._base import SOURCE_GRAIN, SOURCE_JIT, SOURCE_TIME, _StopAfter
 from traceinspect.capture._child.measured import _Snapshot
 from traceinspect.capture._child.steady import (
     STEADY_BLOCK_S,
@@ -23,7 +23,7 @@ from traceinspect.capture._child.steady import (
     STEADY_TOLERANCE,
     _Steady,
 )
-from traceinspect.capture._child.window import _Capture
+from traceinspect.capture._child.window import _TRACING, TAKEOVER_STEPS, _Capture, _Source
 from traceinspect.capture._command import parse_command
 from traceinspect.capture._phase import PhaseRun, phase_config
 from traceinspect.isolate import phase_timing
@@ -314,3 +314,83 @@ def test_bursts_and_noise_teach_no_period() -> None:
     for series in (bursts, noisy):
         _, steady = _steady_after(_starts(series))
         assert steady.period is None
+
+
+# -- which source's steps are followed -----------------------------------------------------
+
+
+def _choosing_capture() -> _Capture:
+    # The default rule, but nothing opens in these few fast steps (blocks last >= 0.5 s), and
+    # no early trace: no profiler starts.
+    return _Capture({"max_wait_s": 120, "window_max_s": 60, "no_early_trace": True})
+
+
+def test_a_source_that_goes_on_alone_takes_over_from_one_that_stopped() -> None:
+    """Keras' fit on a Grain dataset: two batches drawn from a first iterator (to learn their
+    shapes), then every step from another iterator of another class, and a jitted step."""
+    cap = _choosing_capture()
+    for _ in range(2):
+        cap.on_step(SOURCE_GRAIN, "InterleaveDatasetIterator", "batches from grain Interleave")
+    cap.completions.done_ns[0] = 1  # a stamp of the first source's step 0
+    for step in range(30):
+        cap.on_step(SOURCE_GRAIN, "_MapDatasetIterator", "batches from grain _Map")
+        cap.on_step(SOURCE_JIT, "train_step@1", "calls of jitted train_step")
+        chosen = cap.chosen
+        assert chosen is not None
+        # Taken over once it went on alone for a block's worth of steps (and for longer
+        # than the first source ran), and kept: the jitted step is a worse marker.
+        expected = "_MapDatasetIterator" if step >= TAKEOVER_STEPS - 1 else "Interleave"
+        assert chosen.key.startswith(expected), step
+    assert cap.chosen is not None and cap.chosen.count == 30
+    assert cap.completions.done_ns == {}  # step 0 is now another source's
+    (note,) = cap.notes
+    assert note == (
+        "steps are batches from grain _Map: batches from grain Interleave stopped after 2 "
+        "step(s) while these went on (8 steps)"
+    )
+
+
+def test_a_source_that_pauses_keeps_its_place() -> None:
+    """An evaluation of 20 batches from another iterator after 40 training steps: the
+    training iterator ran longer before it, so it stays the step source; a source drawn
+    beside the chosen one every step never takes over."""
+    cap = _choosing_capture()
+    for _ in range(40):
+        cap.on_step(SOURCE_GRAIN, "Train", "train batches")
+        cap.on_step(SOURCE_GRAIN, "Side", "side batches")
+    for _ in range(20):
+        cap.on_step(SOURCE_GRAIN, "Eval", "eval batches")
+    cap.on_step(SOURCE_GRAIN, "Train", "train batches")
+    assert cap.chosen is not None and cap.chosen.key == "Train" and not cap.notes
+    # An evaluation longer than all the training before it is what the run now does.
+    for _ in range(42):
+        cap.on_step(SOURCE_GRAIN, "Eval", "eval batches")
+    assert cap.chosen is not None and cap.chosen.key == "Eval"
+
+
+def test_a_worse_marker_takes_over_when_the_better_one_stops() -> None:
+    """Batches drawn up front (10), then 11 steps of a jitted function alone: the jitted
+    function is what advances every step; when batches come again they are the steps."""
+    cap = _choosing_capture()
+    for _ in range(10):
+        cap.on_step(SOURCE_GRAIN, "Prefill", "batches")
+    for _ in range(10):
+        cap.on_step(SOURCE_JIT, "step@1", "calls of jitted step")
+    assert cap.chosen is not None and cap.chosen.kind == SOURCE_GRAIN
+    cap.on_step(SOURCE_JIT, "step@1", "calls of jitted step")
+    assert cap.chosen is not None and cap.chosen.kind == SOURCE_JIT
+    cap.on_step(SOURCE_GRAIN, "Prefill", "batches")
+    assert cap.chosen is not None and cap.chosen.kind == SOURCE_GRAIN
+
+
+def test_a_set_up_call_inside_the_time_window_does_not_end_it() -> None:
+    """A jitted function called once, or a batch drawn to peek, while the time window traces
+    a script whose steps were not found: not yet a loop, so the time window goes on (a
+    source's third step, or a jitted function's 8th call, ends it: test_short_runs.py)."""
+    cap = _choosing_capture()
+    time_source = cap.chosen = _Source(SOURCE_TIME, "time", "time window of 5 s")
+    cap.phase = _TRACING
+    cap.on_step(SOURCE_JIT, "init@1", "calls of jitted init")
+    for _ in range(2):
+        cap.on_step(SOURCE_GRAIN, "Peek", "batches from grain Peek")
+    assert cap.chosen is time_source and cap.phase == _TRACING

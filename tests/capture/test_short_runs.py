@@ -140,3 +140,27 @@ def test_steps_after_the_time_window_still_get_their_trace(tmp_path: Path) -> No
     assert sorted(p.name for p in Path(result.run_dir).iterdir() if p.suffix == ".pb") == [
         Path(result.trace_paths[0]).name
     ]
+
+
+def test_steps_inside_the_time_window_end_it_and_get_their_trace(tmp_path: Path) -> None:
+    """Steps that begin while the time window is traced (Keras' import and model build took
+    over 10 s on a loaded machine): the time window ends there and is set aside, and the
+    steps get their own trace. Before, the steps' first source took the time window's trace
+    as its window: 2 steps "traced", the rest of the run never looked at."""
+    result = run_capture(
+        [sys.executable, str(SHORT), "--steps", "40", "--start-delay", "7"],
+        # The time window opens after jax's import (2-4 s here) and would last past the run.
+        CaptureOptions(logdir=str(tmp_path), delay_s=4.0, duration_s=30.0),
+    )
+    assert result.exit_code == 0 and len(result.trace_paths) == 1
+    sidecar = read_sidecar(result)
+    assert sidecar["step_source"] == "grain"
+    assert sidecar["window"]["rule"] == "early"
+    assert (sidecar["window"]["first_step"], sidecar["window"]["last_step"]) == (2, 39)
+    (note,) = [n for n in sidecar["notes"] if "time window" in n]
+    assert note.endswith(
+        "inside the time window (--delay): its trace was set aside for a window of steps"
+    )
+    assert sorted(p.name for p in Path(result.run_dir).iterdir() if p.suffix == ".pb") == [
+        Path(result.trace_paths[0]).name
+    ]

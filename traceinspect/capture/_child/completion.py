@@ -37,7 +37,7 @@ class Completions:
 
     def __init__(self) -> None:
         self.done_ns: dict[int, int] = {}
-        self._queue: queue.SimpleQueue[tuple[int, Any, str, int] | threading.Event] = (
+        self._queue: queue.SimpleQueue[tuple[int, Any, str, int, int] | threading.Event] = (
             queue.SimpleQueue()
         )
         self._thread: threading.Thread | None = None
@@ -46,6 +46,9 @@ class Completions:
         self._order: dict[str, list[int]] = {}
         self._bad: dict[str, set[int]] = {}
         self._learned: dict[str, int] = {}
+        #: Bumped when the steps are counted anew (another step source): stamps of the
+        #: steps submitted before are dropped.
+        self._generation = 0
 
     def learning(self, key: str) -> bool:
         """Whether the outputs of ``key``'s calls are still checked for donated leaves."""
@@ -66,6 +69,12 @@ class Completions:
                 if deleted is not None and deleted():
                     bad.add(i)
 
+    def forget(self) -> None:
+        """The steps are counted anew (capture follows another step source): drop the
+        stamps so far, and those of steps submitted but not yet done."""
+        self._generation += 1
+        self.done_ns = {}
+
     def submit(self, index: int, key: str, output: Any) -> None:
         """Wait (on our thread) for ``output``, the last jitted call of step ``index``
         (``key`` names the jitted function), and stamp it; an ``index`` below 0 is waited on
@@ -81,7 +90,7 @@ class Completions:
                 target=self._run, name="traceinspect-completions", daemon=True
             )
             self._thread.start()
-        self._queue.put((index, leaf[1], key, leaf[0]))
+        self._queue.put((index, leaf[1], key, leaf[0], self._generation))
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until every step submitted so far is stamped (or failed); whether it was
@@ -121,7 +130,7 @@ class Completions:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            index, leaf, key, position = item
+            index, leaf, key, position, generation = item
             try:
                 leaf.block_until_ready()
                 stamp = time.time_ns()
@@ -135,5 +144,5 @@ class Completions:
                 # of this function from now on.
                 self._bad.setdefault(key, set()).add(position)
                 continue
-            if index >= 0:
+            if index >= 0 and generation == self._generation:
                 self.done_ns[index] = stamp

@@ -4,6 +4,7 @@ the status file for the parent's progress line, the report). ``window.py`` drive
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -63,6 +64,29 @@ class _Source:
     #: The last step's start, and the wall time of the step before it (kept or not).
     latest_ns: int | None = None
     last_wall_ns: int | None = None
+    #: Steps this source started in a row while the chosen source started none, and which
+    #: chosen source (its identity and step count) that run is counted against.
+    alone: int = 0
+    alone_since: tuple[int, int] | None = None
+
+    def step_alone(self, chosen: _Source) -> int:
+        """One more step of this source (not the chosen one): how many in a row now since
+        the chosen source last started one."""
+        mark = (id(chosen), chosen.count)
+        if self.alone_since != mark:
+            self.alone_since, self.alone = mark, 0
+        self.alone += 1
+        return self.alone
+
+    def first_at_or_after(self, unix_ns: int) -> int | None:
+        """The first kept step that started at or after ``unix_ns``."""
+        k = bisect.bisect_left(self.starts_ns, unix_ns)
+        return self.indices[k] if k < len(self.indices) else None
+
+    def running_at(self, unix_ns: int) -> int | None:
+        """The kept step in progress at ``unix_ns`` (the last one started by then)."""
+        k = bisect.bisect_right(self.starts_ns, unix_ns)
+        return self.indices[k - 1] if k else None
 
     def started(self, start_ns: int) -> None:
         """A step of this source started: the last one's wall time is known."""

@@ -39,6 +39,9 @@ from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, _Steady
 __all__ = ["DEFAULT_STEPS", "WINDOW_MIN_S", "_TRACING", "_Capture", "_Source"]
 
 _MIN_WINDOW_STEPS = 5
+# Steps a source must start in a row, while the chosen source starts none, to take its place
+# (and more than the chosen one ever did: see _Capture._takes_over).
+TAKEOVER_STEPS = STEADY_BLOCK_STEPS
 
 
 class _Capture(_EarlyTrace):
@@ -74,6 +77,19 @@ class _Capture(_EarlyTrace):
                 src.keep(index, now, step_num)
             if self.phase == _DONE and self._time_window_taken():
                 self._set_time_window_aside(now)
+            elif self.phase == _TRACING and self._in_time_window():
+                if index < (self._jit_wait() if kind == SOURCE_JIT else EARLY_FROM_STEP):
+                    # Not yet a loop (a jitted set-up function, a batch drawn once to peek):
+                    # the time window goes on.
+                    return
+                # Steps began inside the time window (Keras' import and model build outlast
+                # --delay on a loaded machine): it ends here and is set aside, as when they
+                # begin after it, so the steps get a window of their own.
+                self._stop_trace()
+                if self._time_window_taken():
+                    self._set_time_window_aside(now, "inside")
+                    if self.early is None:
+                        self._start_early(index)
             if self.phase == _DONE:
                 return
             if self.deadline_s is not None and now - self.script_start_ns >= self.deadline_s * 1e9:
@@ -86,8 +102,7 @@ class _Capture(_EarlyTrace):
                     # Not yet known to be the most dispatched function: wait until one
                     # of them has been called that often.
                     return
-                self.chosen = src
-                self.steady = None
+                self._choose(src)
                 if self.phase == _TRACING:
                     # A better step marker appeared after the window opened (possible with
                     # --skip-steps 0): count the window in its steps from here.
@@ -95,7 +110,13 @@ class _Capture(_EarlyTrace):
                     self._enter_step_annotation(index, step_num)
                     return
             elif src is not chosen:
-                return
+                if not self._takes_over(src, chosen, index):
+                    return
+                self.notes.append(
+                    f"steps are {src.detail}: {chosen.detail} stopped after "
+                    f"{chosen.count} step(s) while these went on ({src.alone} steps)"
+                )
+                self._choose(src)
             if self.early == "tracing":
                 if self.early_first is None:
                     self.early_first = index
@@ -151,6 +172,42 @@ class _Capture(_EarlyTrace):
             self.stopped_by_us = True
         raise _StopAfter()
 
+    def _takes_over(self, src: _Source, chosen: _Source, index: int) -> bool:
+        """Whether ``src``, a source not chosen, replaces the chosen one: before the window,
+        once ``src`` has started more steps in a row since the chosen source's last step
+        than the chosen one ever did, and at least TAKEOVER_STEPS (a block of the steady
+        rule). The chosen source stopped while this one goes on: the loop draws from
+        another iterator (Keras' ``fit`` draws two batches from a first one to learn their
+        shapes, then trains from another) or calls another function. A source that pauses
+        a while (an evaluation) does not take over from one that ran longer before it."""
+        alone = src.step_alone(chosen)
+        return (
+            self.phase == _WAITING
+            and chosen.kind != SOURCE_TIME
+            and alone >= TAKEOVER_STEPS
+            and alone > chosen.count
+            and (src.kind != SOURCE_JIT or index >= self._jit_wait())
+        )
+
+    def _choose(self, src: _Source) -> None:
+        """Follow ``src`` from now on: the steady rule starts again on its steps (those kept
+        so far, then each as it starts), the completion stamps of the last source's steps
+        are dropped, and the early trace's steps are counted in ``src``'s steps."""
+        if self.chosen is not None and self.chosen is not src:
+            self.completions.forget()
+        self.chosen = src
+        self.steady = None
+        if self.early in ("tracing", "stopped") and self.early_start_ns is not None:
+            self.early_first = src.first_at_or_after(self.early_start_ns)
+            self.early_last = None
+            if self.early == "stopped" and self.early_stop_ns is not None:
+                # The trace stopped inside this step: the one before is its last whole one.
+                paused = src.running_at(self.early_stop_ns)
+                if paused is not None and self.early_first is not None:
+                    self.early_last = paused - 1 if paused > self.early_first else None
+                if self.early_last is None:
+                    self.early_first = None
+
     def _jit_wait(self) -> int:
         return self.skip if self.skip is not None else STEADY_BLOCK_STEPS
 
@@ -166,6 +223,12 @@ class _Capture(_EarlyTrace):
         if self.steady is None:
             workers = self._grain_setting("mp_prefetch", "num_workers") or 0
             self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
+            if self.early_stop_ns is not None:
+                # The early trace's stop paused the script inside this step of the source:
+                # the rule drops its block (as _stop_early does for a rule already made).
+                paused = src.running_at(self.early_stop_ns)
+                if paused is not None:
+                    self.steady.resume_after(paused)
             # The steps the source saw before it was chosen (those kept), then each as it
             # starts: the rule sees every step, kept or not.
             self.steady.add(src.starts_ns, index)
@@ -291,12 +354,13 @@ class _Capture(_EarlyTrace):
                 self.notes.append("time window skipped: the script had not imported jax")
                 return
             detail = f"time window of {self.config['duration_s']} s"
-            self.chosen = _Source(SOURCE_TIME, "time", detail)
+            source = self.chosen = _Source(SOURCE_TIME, "time", detail)
             if not self._start_trace():
                 return
         stop.wait(float(self.config["duration_s"]))
         with self.lock:
-            if self.phase != _TRACING:
+            if self.phase != _TRACING or self.chosen is not source:
+                # Ended already: steps began inside it (and may have a window open now).
                 return
             self.window_complete = True
             self._stop_trace()
@@ -306,6 +370,10 @@ class _Capture(_EarlyTrace):
                 import _thread
 
                 _thread.interrupt_main(signal.SIGTERM)
+
+    def _in_time_window(self) -> bool:
+        chosen = self.chosen
+        return chosen is not None and chosen.kind == SOURCE_TIME and self.timing is None
 
     def _time_window_taken(self) -> bool:
         chosen = self.chosen
@@ -317,7 +385,7 @@ class _Capture(_EarlyTrace):
             and bool(self.trace_files)
         )
 
-    def _set_time_window_aside(self, now: int) -> None:
+    def _set_time_window_aside(self, now: int, when: str = "after") -> None:
         """Steps began after the time window (a job whose set-up outlasted ``delay_s``:
         MaxText on a loaded machine took over 10 s to its first step): its trace is set
         aside, kept only if no window of steps is captured, and the steps are counted."""
@@ -329,7 +397,7 @@ class _Capture(_EarlyTrace):
         self.time_aside = (str(aside), list(self.trace_files))
         waited = (now - self.script_start_ns) / 1e9
         self.notes.append(
-            f"steps began {waited:.0f} s after the script started, after the time window "
+            f"steps began {waited:.0f} s after the script started, {when} the time window "
             "(--delay): its trace was set aside for a window of steps"
         )
         self.trace_files = []
