@@ -190,6 +190,15 @@ static int fail_at(const wctx *w, const uint8_t *at, const char *what) {
     return set_error(PyExc_ValueError, msg);
 }
 
+/* The index pass and the fill pass read the same bytes twice; when they disagree (more
+ * lines or events the second time), the input changed between them: a file still being
+ * written, or rewritten in place. The reader turns this message into its own error. */
+#define CHANGED_MSG                                                                       \
+    "the trace changed while it was read: is it still being written? read it again when " \
+    "it is complete"
+
+static int changed(void) { return set_error(PyExc_ValueError, CHANGED_MSG); }
+
 static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *end,
                               uint64_t *out) {
     const uint8_t *p = *pp;
@@ -508,8 +517,10 @@ typedef struct {
     vec line_plane, line_id, line_ts, line_dur, line_display_id, line_count;
     vec line_events, line_first, line_last; /* per line: timed events and their span */
     vec line_names, line_display_names; /* strref */
-    /* events (preallocated from the index pass) */
+    /* events (preallocated from the index pass for ev_alloc rows: the fill pass checks
+     * every write against it, since a file that changes between the passes may hold more) */
     vec ev_line, ev_name, ev_start, ev_dur;
+    size_t ev_alloc;
     /* aggregated events (num_occurrences instead of offset_ps) */
     vec ag_line, ag_name, ag_count, ag_dur;
     /* event metadata rows */
@@ -854,7 +865,8 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
     /* Both ends are floored to whole nanoseconds, so nesting is preserved exactly. */
     int64_t start = ts_ns + floordiv1000(off);
     int64_t stop = ts_ns + floordiv1000(off + dur);
-    /* Preallocated in the index pass: no bounds checks needed here. */
+    /* Preallocated in the index pass; never past it, whatever the input holds now. */
+    if (st->ev_line.n >= st->ev_alloc) return changed();
     VEC_AT(st->ev_line, int32_t, st->ev_line.n++) = line_row;
     VEC_AT(st->ev_name, int32_t, st->ev_name.n++) = name;
     VEC_AT(st->ev_start, int64_t, st->ev_start.n++) = start;
@@ -1046,9 +1058,13 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
     for (size_t i = 0; i < lines.n; i++) {
         const entry *e = &VEC_AT(lines, entry, i);
         int32_t row = (*line_row)++;
+        if ((size_t)row >= st->line_ts.n) {
+            changed();
+            goto done;
+        }
         int64_t ts = VEC_AT(st->line_ts, int64_t, row);
         const uint8_t *q = e->data, *qend = e->data + e->len;
-        size_t first_event = st->ev_line.n;
+        size_t first_event = st->ev_line.n, first_any = st->ev_line.n + st->ag_line.n;
         for (;;) {
             while (q < qend && *q == 0x22) { /* events: one-byte tag of field 4 */
                 uint64_t len;
@@ -1067,6 +1083,11 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
                 goto done;
         }
         if (r < 0) goto done;
+        if (st->ev_line.n + st->ag_line.n - first_any !=
+            (size_t)VEC_AT(st->line_count, int64_t, row)) {
+            changed();
+            goto done;
+        }
         /* The line's span, while its events are still in cache (0/0 when it has none). */
         int64_t lo = 0, hi = 0;
         const int64_t *starts = (const int64_t *)st->ev_start.d;
@@ -1143,7 +1164,7 @@ static void state_free(state *st) {
 }
 
 static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
-                              size_t release_every, int nogil) {
+                              size_t release_every, int nogil, PyObject *between_passes) {
     state st;
     memset(&st, 0, sizeof(st));
     st.w.base = buf;
@@ -1220,11 +1241,23 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     if (vec_reserve(&st.ev_line, total) < 0 || vec_reserve(&st.ev_name, total) < 0 ||
         vec_reserve(&st.ev_start, total) < 0 || vec_reserve(&st.ev_dur, total) < 0)
         goto fail;
+    st.ev_alloc = total;
+    if (between_passes != Py_None) { /* tests: change the input here */
+        if (released) PyEval_RestoreThread(released);
+        released = NULL;
+        PyObject *res = PyObject_CallNoArgs(between_passes);
+        if (!res) goto fail;
+        Py_DECREF(res);
+    }
 
     int32_t line_row = 0;
     for (size_t i = 0; i < planes.n; i++) {
         const entry *e = &VEC_AT(planes, entry, i);
         if (fill_plane(&st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) goto fail;
+    }
+    if ((size_t)line_row != st.line_ts.n) {
+        changed();
+        goto fail;
     }
     if (report_progress(&st, end) < 0) goto fail;
     if (released) {
@@ -1311,18 +1344,20 @@ static PyObject *mmap_type; /* mmap.mmap */
 
 static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "progress", "release_every", "release_gil", NULL};
+    static char *kwlist[] = {"data",        "progress",       "release_every",
+                             "release_gil", "between_passes", NULL};
     Py_buffer view;
-    PyObject *progress = Py_None;
+    PyObject *progress = Py_None, *between_passes = Py_None;
     Py_ssize_t release_every = 0;
     int release_gil = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$np:decode", kwlist, &view, &progress,
-                                     &release_every, &release_gil))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$npO:decode", kwlist, &view, &progress,
+                                     &release_every, &release_gil, &between_passes))
         return NULL;
-    if (release_gil && (progress != Py_None || !view.readonly)) {
+    if (release_gil && (progress != Py_None || !view.readonly || between_passes != Py_None)) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError,
-                        "release_gil needs read-only data and no progress callback");
+                        "release_gil needs read-only data, no progress callback and no "
+                        "between_passes");
         return NULL;
     }
     /* A read-only mmap is a mapping of a file (or of shared or untouched anonymous
@@ -1337,20 +1372,23 @@ static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     if (release_every > view.len) release_every = view.len; /* no pointer overflow */
     PyObject *result = decode_space((const uint8_t *)view.buf, (size_t)view.len, progress,
-                                    (size_t)release_every, release_gil);
+                                    (size_t)release_every, release_gil, between_passes);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef wire_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))wire_decode, METH_VARARGS | METH_KEYWORDS,
-     "decode(data, progress=None, *, release_every=0, release_gil=False) -> dict\n\n"
+     "decode(data, progress=None, *, release_every=0, release_gil=False,\n"
+     "       between_passes=None) -> dict\n\n"
      "Decode serialized XSpace bytes into columns. progress(bytes_done) is called\n"
      "about every million events. With release_every > 0, data must be a read-only\n"
      "mmap.mmap: every release_every bytes, the event pass drops the pages it has\n"
      "decoded from this process's memory (they stay in the page cache). With\n"
      "release_gil, other threads run Python while it decodes (read-only data, no\n"
-     "progress callback: it cannot be interrupted). Raises ValueError on malformed input."},
+     "progress callback: it cannot be interrupted). between_passes() is called between\n"
+     "the index and the fill pass (tests change the input there). Raises ValueError on\n"
+     "malformed input, and on input that changed between the two passes."},
     {NULL, NULL, 0, NULL},
 };
 

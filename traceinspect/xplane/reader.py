@@ -7,13 +7,13 @@ The compiled decoder is used when it was built; ``TRACEINSPECT_DECODER=python`` 
 from __future__ import annotations
 
 import gzip
-import mmap
+import io
 import os
 import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from traceinspect.errors import TraceDecodeError, UsageError
 from traceinspect.xplane import cache, fs
@@ -35,13 +35,11 @@ Progress = Callable[[int], object]
 RunProgress = Callable[[int, int], object]
 
 _GZIP_MAGIC = b"\x1f\x8b"
-
-# How often (bytes of input) the compiled decoder drops the mapped file's pages it has
-# decoded, so that the file is not resident beside the columns it turns into (85 of the
-# 323 MiB peak of reading the 89 MB capture). Each release is one madvise call; 1 MiB
-# (85 calls there) cost no measurable decode time against 4 MiB, and keeps at most ~1 MiB
-# of consumed file mapped.
-RELEASE_EVERY = 1 << 20
+#: What the compiled decoder says (ValueError) when the two passes over a file disagree.
+CHANGED = (
+    "the trace changed while it was read: is it still being written? read it again when it "
+    "is complete"
+)
 
 
 def compiled_available() -> bool:
@@ -77,17 +75,11 @@ def _decode(
     data: Any,
     decoder: Literal["c", "python"],
     progress: Progress | None,
-    release: bool,
     release_gil: bool = False,
 ) -> Any:
     if decoder == "c":
         assert _compiled_decode is not None
-        return _compiled_decode(
-            data,
-            progress,
-            release_every=RELEASE_EVERY if release else 0,
-            release_gil=release_gil and progress is None,
-        )
+        return _compiled_decode(data, progress, release_gil=release_gil and progress is None)
     # Imported here: it brings protobuf, which the compiled decoder never needs.
     from traceinspect.xplane import pydecode
 
@@ -151,24 +143,12 @@ def _decode_local(
     release_gil: bool = False,
 ) -> Raw:
     try:
-        size = path.stat().st_size
-        if size == 0:
-            raise TraceDecodeError(
-                f"{name}: the file is empty (0 bytes). The profiler did not finish "
-                "writing it; capture the run again."
-            )
         with path.open("rb") as fh:
-            head = fh.read(2)
-            if head == _GZIP_MAGIC:
-                fh.seek(0)
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    data: Any = gz.read()
-                return _checked(name, data, decoder, progress, False, release_gil)
-            # Mapped, not read: decoded columns never point into the file, so the compiled
-            # decoder drops the pages it has decoded as it goes (every RELEASE_EVERY bytes
-            # of events and after each plane).
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _checked(name, mapped, decoder, progress, True, release_gil)
+            data = _read_whole(fh, name)
+            if data[:2] == _GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                    data = gz.read()
+            return _checked(name, data, decoder, progress, release_gil)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceDecodeError(
             f"{name}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
@@ -180,17 +160,42 @@ def _decode_local(
         ) from None
 
 
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _read_whole(fh: BinaryIO, name: str) -> bytes:
+    """The file's bytes in this process's own memory, or :class:`TraceDecodeError` when
+    the file changed while it was read.
+
+    Read, not mapped: a mapped file that shrinks while it is decoded kills the process
+    with SIGBUS, and one rewritten in place changes between the decoder's two passes.
+    What this costs (benchmarks/README.md, "Holding the file while it is decoded"): the
+    file is resident while it is decoded (+83 MiB peak on the 89 MB capture, +0.05 s),
+    where the mapping let the decoder drop the pages behind it."""
+    before = os.fstat(fh.fileno())
+    if before.st_size == 0:
+        raise TraceDecodeError(
+            f"{name}: the file is empty (0 bytes). The profiler did not finish "
+            "writing it; capture the run again."
+        )
+    data = fh.read()
+    if len(data) != before.st_size or _stamp(os.fstat(fh.fileno())) != _stamp(before):
+        raise TraceDecodeError(f"{name}: {CHANGED}.")
+    return data
+
 def _checked(
     name: str,
     data: Any,
     decoder: Literal["c", "python"],
     progress: Progress | None,
-    release: bool,
     release_gil: bool = False,
 ) -> Raw:
     try:
-        return typed(_decode(data, decoder, progress, release, release_gil))
+        return typed(_decode(data, decoder, progress, release_gil))
     except (ValueError, OverflowError) as exc:
+        if str(exc) == CHANGED:
+            raise TraceDecodeError(f"{name}: {CHANGED}.") from None
         raise TraceDecodeError(
             f"{name}: not a readable XPlane trace ({exc}).{_hint(bytes(data[:64]))} If "
             "the run was interrupted while writing, capture it again."

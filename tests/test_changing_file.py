@@ -1,0 +1,138 @@
+"""A trace that changes while it is read: a one-line error or the old content, never a signal.
+
+The compiled decoder reads its input twice (an index pass counting events, then a fill
+pass writing them into columns sized by that count); the reader holds the file in the
+process's own memory, with size and time stamps compared around the read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xspace as X
+from test_decoders import assert_same
+from traces import DECODERS
+
+import traceinspect
+from traceinspect.errors import TraceDecodeError
+from traceinspect.xplane import reader
+from traceinspect.xplane.raw import typed
+from traceinspect.xplane.reader import CHANGED, compiled_available
+
+
+def _space(per_line: list[int], pad: int = 0) -> bytes:
+    """One plane (its name padded by ``pad`` bytes) with ``per_line[k]`` events in line k."""
+    xs = X.space()
+    plane = X.add_plane(xs, "/host:CPU" + "_" * pad)
+    for k, events in enumerate(per_line):
+        plane.line(f"l{k}", 1000, [X.Ev("op", 10 * i, 5) for i in range(events)])
+    return bytes(xs.SerializeToString())
+
+
+def _same_size(before: list[int], after: list[int]) -> tuple[bytes, bytes]:
+    """Two traces of the same size (their plane too, so that the decoder's first pass over
+    the file finds the plane of the second at the same place): the smaller one padded."""
+    a, b = _space(before), _space(after)
+    for pad in range(max(len(a), len(b))):
+        if len(a) < len(b):
+            a = _space(before, pad=pad)
+        elif len(b) < len(a):
+            b = _space(after, pad=pad)
+        else:
+            return a, b
+    raise AssertionError("no padding gives the same size")
+
+
+# events per line before -> after the change
+CHANGES = {
+    "more-events": ([4, 4], [12, 12]),
+    "fewer-events": ([12, 12], [4, 4]),
+    "more-lines": ([4, 4], [4, 4, 4, 4]),
+    "events-moved-between-lines": ([8, 8], [9, 7]),
+}
+
+
+@pytest.mark.skipif(not compiled_available(), reason="C decoder not built")
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_c_decoder_refuses_input_rewritten_between_its_passes(change: str) -> None:
+    from traceinspect.xplane import _wire
+
+    first, second = _same_size(*CHANGES[change])
+    buf = bytearray(first)
+
+    def rewrite() -> None:
+        buf[:] = second
+
+    with pytest.raises(ValueError) as info:
+        _wire.decode(buf, between_passes=rewrite)
+    assert str(info.value) == CHANGED
+    # Unchanged, the same input decodes as usual: the hook alone changes nothing.
+    assert_same(
+        typed(_wire.decode(bytearray(first), between_passes=lambda: None)),
+        typed(_wire.decode(first)),
+    )
+
+
+def _change_during_read(monkeypatch: pytest.MonkeyPatch, path: Path, new: bytes | None) -> None:
+    """Rewrite (``new``) or truncate (None) ``path`` right after the reader's first look at
+    it, before it reads the bytes."""
+    real_fstat = os.fstat
+    calls = []
+
+    def fstat(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        calls.append(fd)
+        if len(calls) == 1:
+            with path.open("r+b") as fh:
+                if new is None:
+                    fh.truncate(st.st_size // 2)
+                else:
+                    fh.write(new)
+        return st
+
+    monkeypatch.setattr(reader.os, "fstat", fstat)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("how", ["rewritten", "truncated"])
+def test_a_file_changed_while_read_gives_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, how: str
+) -> None:
+    first, second = _same_size([4, 4], [12, 12])
+    path = tmp_path / "live.xplane.pb"
+    path.write_bytes(first)
+    _change_during_read(monkeypatch, path, second if how == "rewritten" else None)
+    with pytest.raises(TraceDecodeError) as info:
+        traceinspect.load(path, decoder=decoder, use_cache=False)  # type: ignore[arg-type]
+    assert str(info.value) == f"{path}: {CHANGED}."
+
+
+@pytest.mark.skipif(not compiled_available(), reason="C decoder not built")
+@pytest.mark.parametrize("how", ["rewritten", "truncated"])
+def test_a_file_changed_after_it_was_read_does_not_reach_the_decoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Truncated or rewritten between the decoder's passes (once mapped: SIGBUS or more rows
+    than allocated), the file read before decodes as it was."""
+    first, second = _same_size([4, 4], [12, 12])
+    path = tmp_path / "live.xplane.pb"
+    path.write_bytes(first)
+    real = reader._compiled_decode
+    assert real is not None
+
+    def change() -> None:
+        with path.open("r+b") as fh:
+            if how == "truncated":
+                fh.truncate(10)
+            else:
+                fh.write(second)
+
+    def decode(data: Any, *args: Any, **kwargs: Any) -> Any:
+        return real(data, *args, between_passes=change, **kwargs)
+
+    monkeypatch.setattr(reader, "_compiled_decode", decode)
+    trace = traceinspect.load(path, decoder="c", use_cache=False)
+    assert trace.event_count == 8
