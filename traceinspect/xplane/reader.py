@@ -184,6 +184,7 @@ def _read_whole(fh: BinaryIO, name: str) -> bytes:
         raise TraceDecodeError(f"{name}: {CHANGED}.")
     return data
 
+
 def _checked(
     name: str,
     data: Any,
