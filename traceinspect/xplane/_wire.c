@@ -199,6 +199,9 @@ static int fail_at(const wctx *w, const uint8_t *at, const char *what) {
 
 static int changed(void) { return set_error(PyExc_ValueError, CHANGED_MSG); }
 
+/* The same words as pydecode.OUT_OF_RANGE. */
+#define OUT_OF_RANGE_MSG "an event's start or end is outside the int64 range of nanoseconds"
+
 static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *end,
                               uint64_t *out) {
     const uint8_t *p = *pp;
@@ -270,9 +273,20 @@ static PyObject *str_list(const vec *v) {
 static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uint32_t num,
                       int depth);
 
-/* Read the next field. Returns 1 on a field, 0 at the end, -1 on error. */
-static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *end,
-                             field *f) {
+/* How deep messages and groups may nest: upb's (and protobuf C++'s) default recursion
+ * limit, so that both decoders refuse the same inputs. Depth 0 is the XSpace; a group or
+ * message field of a message at depth d is at depth d + 1. */
+#define MAX_DEPTH 100
+enum { D_SPACE = 0, D_PLANE, D_LINE, D_EVENT, D_EVENT_STAT };
+#define D_PLANE_STAT D_LINE  /* XPlane.stats */
+#define D_MAP_ENTRY D_LINE   /* XPlane.event_metadata / stat_metadata entries */
+#define D_METADATA D_EVENT   /* their values */
+#define D_METADATA_STAT D_EVENT_STAT
+
+/* Read the next field of a message at `depth`. Returns 1 on a field, 0 at the end, -1 on
+ * error. */
+static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *end, field *f,
+                             int depth) {
     const uint8_t *p = *pp;
     if (p >= end) return 0;
     uint64_t tag;
@@ -299,7 +313,7 @@ static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *e
             break;
         }
         case 3:
-            if (skip_group(w, &p, end, f->num, 0) < 0) return -1;
+            if (skip_group(w, &p, end, f->num, depth + 1) < 0) return -1;
             break;
         case 5: {
             if ((size_t)(end - p) < 4) return fail_at(w, p, "truncated fixed32");
@@ -318,7 +332,7 @@ static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *e
 
 static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uint32_t num,
                       int depth) {
-    if (depth > 64) return fail_at(w, *pp, "groups nested too deeply");
+    if (depth > MAX_DEPTH) return fail_at(w, *pp, "groups nested too deeply");
     const uint8_t *p = *pp;
     for (;;) {
         if (p >= end) return fail_at(w, p, "unterminated group");
@@ -337,7 +351,7 @@ static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uin
         }
         field f;
         p = start;
-        if (next_field(w, &p, end, &f) < 0) return -1;
+        if (next_field(w, &p, end, &f, depth) < 0) return -1;
     }
 }
 
@@ -532,6 +546,7 @@ typedef struct {
     vec statmd_name;  /* local stat metadata index -> stat name code */
     vec statmd_ref;   /* local stat metadata index -> str_values code, -1 until used */
     vec statmd_span;  /* local stat metadata index -> entry with the name span */
+    vec merged;       /* uint8_t *: map values given twice, concatenated (collect_entries) */
     int32_t empty_event_name, empty_stat_name, empty_str_value;
     /* progress (never called without the GIL: decode refuses both) */
     PyObject *progress;
@@ -580,7 +595,7 @@ static int32_t empty_code(strtab *t, int32_t *cached) {
 /* XStat                                                                                  */
 
 static int decode_stat(state *st, sink *out, int32_t owner, const uint8_t *p,
-                       const uint8_t *end) {
+                       const uint8_t *end, int depth) {
     const wctx *w = &st->w;
     field f;
     int r;
@@ -589,7 +604,7 @@ static int decode_stat(state *st, sink *out, int32_t owner, const uint8_t *p,
     int32_t sval = -1;
     int8_t kind = KIND_NONE;
     uint64_t ref = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, depth)) > 0) {
         switch (f.num) {
             case 1:
                 if (f.wt == 0) mid = (int64_t)f.v;
@@ -681,7 +696,7 @@ static int index_line(state *st, int32_t plane_row, const uint8_t *p, const uint
             p += len;
             count++;
         }
-        if ((r = next_field(w, &p, end, &f)) <= 0) break;
+        if ((r = next_field(w, &p, end, &f, D_LINE)) <= 0) break;
         if (f.wt == 2) {
             if (f.num == 4)
                 count++;
@@ -725,7 +740,7 @@ static int index_plane(state *st, int32_t plane_row, const uint8_t *p, const uin
     int64_t xid = 0;
     const uint8_t *name = NULL;
     size_t name_len = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_PLANE)) > 0) {
         if (f.num == 1 && f.wt == 0)
             xid = (int64_t)f.v;
         else if (f.num == 2 && f.wt == 2) {
@@ -774,6 +789,11 @@ static inline int64_t floordiv1000(int64_t x) {
     return (x % 1000 < 0) ? q - 1 : q;
 }
 
+static inline int64_t floormod1000(int64_t x) {
+    int64_t r = x % 1000;
+    return r < 0 ? r + 1000 : r;
+}
+
 static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_t *p,
                         const uint8_t *end) {
     const wctx *w = &st->w;
@@ -816,7 +836,7 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
             default:
                 break;
         }
-        if ((r = next_field(w, &p, end, &f)) <= 0) break;
+        if ((r = next_field(w, &p, end, &f, D_EVENT)) <= 0) break;
         if (f.wt == 0) {
             switch (f.num) {
                 case 1:
@@ -837,7 +857,7 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
                     break;
             }
         } else if (f.num == 4 && f.wt == 2) {
-            if (decode_stat(st, &st->ev_stats, row, f.data, f.data + f.len) < 0) return -1;
+            if (decode_stat(st, &st->ev_stats, row, f.data, f.data + f.len, D_EVENT_STAT) < 0) return -1;
         }
     }
     if (r < 0) return -1;
@@ -862,32 +882,61 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
         VEC_PUSH(st->ag_dur, int64_t, dur);
         return 0;
     }
-    /* Both ends are floored to whole nanoseconds, so nesting is preserved exactly. */
-    int64_t start = ts_ns + floordiv1000(off);
-    int64_t stop = ts_ns + floordiv1000(off + dur);
+    /* Both ends are floored to whole nanoseconds, so nesting is preserved exactly. The
+     * end is exact where offset + duration passes int64 picoseconds (the quotients and
+     * the carry of the remainders, as Python's integers give it); a start, end or length
+     * past int64 nanoseconds is refused, by both decoders. */
+    int64_t q_off = floordiv1000(off), q_dur = floordiv1000(dur);
+    int64_t q_sum = q_off + q_dur + (floormod1000(off) + floormod1000(dur) >= 1000);
+    int64_t start, stop, length;
+    if (__builtin_add_overflow(ts_ns, q_off, &start) ||
+        __builtin_add_overflow(ts_ns, q_sum, &stop) ||
+        __builtin_sub_overflow(stop, start, &length))
+        return set_error(PyExc_ValueError, OUT_OF_RANGE_MSG);
     /* Preallocated in the index pass; never past it, whatever the input holds now. */
     if (st->ev_line.n >= st->ev_alloc) return changed();
     VEC_AT(st->ev_line, int32_t, st->ev_line.n++) = line_row;
     VEC_AT(st->ev_name, int32_t, st->ev_name.n++) = name;
     VEC_AT(st->ev_start, int64_t, st->ev_start.n++) = start;
-    VEC_AT(st->ev_dur, int64_t, st->ev_dur.n++) = stop - start;
+    VEC_AT(st->ev_dur, int64_t, st->ev_dur.n++) = length;
     if ((uintptr_t)end >= st->release_next) release_consumed(st, end);
     if (++st->since_progress >= (1u << 20)) return report_progress(st, p);
     return 0;
 }
 
-static int collect_entries(const wctx *w, vec *out, const uint8_t *p, const uint8_t *end,
-                           int64_t seq) {
-    /* A map entry: key=1 (int64), value=2 (message). */
+static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested,
+                         int depth);
+
+/* A map entry: key=1 (int64), value=2 (message, field `nested` of it holding messages
+ * too). A value given twice is merged, as protobuf does: each is wire-checked on its own,
+ * then the entry reads their concatenation (fields of the later win, repeated ones add
+ * up), kept in a buffer of the state's (names point into it). */
+static int collect_entries(state *st, vec *out, const uint8_t *p, const uint8_t *end,
+                           int64_t seq, uint32_t nested) {
+    const wctx *w = &st->w;
     field f = {0, 0, 0, NULL, 0};
     int r;
     entry e = {0, seq, NULL, 0};
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_MAP_ENTRY)) > 0) {
         if (f.num == 1 && f.wt == 0)
             e.id = (int64_t)f.v;
         else if (f.num == 2 && f.wt == 2) {
-            e.data = f.data;
-            e.len = f.len;
+            if (!e.data) {
+                e.data = f.data;
+                e.len = f.len;
+                continue;
+            }
+            if (check_message(w, e.data, e.data + e.len, nested, D_METADATA) < 0 ||
+                check_message(w, f.data, f.data + f.len, nested, D_METADATA) < 0 ||
+                vec_reserve(&st->merged, st->merged.n + 1) < 0)
+                return -1;
+            uint8_t *both = malloc(e.len + f.len + 1);
+            if (!both) return no_memory();
+            memcpy(both, e.data, e.len);
+            memcpy(both + e.len, f.data, f.len);
+            VEC_AT(st->merged, uint8_t *, st->merged.n++) = both;
+            e.data = both;
+            e.len += f.len;
         }
     }
     if (r < 0) return -1;
@@ -895,16 +944,18 @@ static int collect_entries(const wctx *w, vec *out, const uint8_t *p, const uint
     return 0;
 }
 
-/* Wire-check a message whose fields are scalars and strings, and, for field `nested`
- * (0: none) of wire type 2, the message inside it too. The protobuf reader checks every
- * map entry, including those a later entry with the same key replaces, so map values
- * that dedupe_entries drops are checked here: both decoders reject the same inputs. */
-static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested) {
+/* Wire-check a message (at `depth`) whose fields are scalars and strings, and, for field
+ * `nested` (0: none) of wire type 2, the message inside it too. The protobuf reader checks
+ * every map entry, including those a later entry with the same key replaces, so map
+ * values that dedupe_entries drops are checked here: both decoders reject the same
+ * inputs. */
+static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested,
+                         int depth) {
     field f;
     int r;
-    while (p && (r = next_field(w, &p, end, &f)) > 0) {
+    while (p && (r = next_field(w, &p, end, &f, depth)) > 0) {
         if (nested && f.num == nested && f.wt == 2 &&
-            check_message(w, f.data, f.data + f.len, 0) < 0)
+            check_message(w, f.data, f.data + f.len, 0, depth + 1) < 0)
             return -1;
     }
     return p ? r : 0;
@@ -913,7 +964,8 @@ static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, ui
 static int check_entries(const wctx *w, const vec *entries, uint32_t nested) {
     for (size_t i = 0; i < entries->n; i++) {
         const entry *e = &VEC_AT(*entries, entry, i);
-        if (e->data && check_message(w, e->data, e->data + e->len, nested) < 0) return -1;
+        if (e->data && check_message(w, e->data, e->data + e->len, nested, D_METADATA) < 0)
+            return -1;
     }
     return 0;
 }
@@ -934,7 +986,7 @@ static int build_stat_metadata(state *st, vec *entries) {
         entry name = {0, 0, NULL, 0};
         field f;
         int r = 0;
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 2 && f.wt == 2) {
                 name.data = f.data;
                 name.len = f.len;
@@ -973,7 +1025,7 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
         field f;
         int r = 0;
         /* First the names, then the stats (they are owned by this row). */
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 2 && f.wt == 2) {
                 name = f.data;
                 name_len = f.len;
@@ -999,9 +1051,9 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
         VEC_AT(st->md_name, int32_t, st->md_name.n++) = code;
         vals[i] = row;
         p = e->data;
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 5 && f.wt == 2 &&
-                decode_stat(st, &st->md_stats, row, f.data, f.data + f.len) < 0) {
+                decode_stat(st, &st->md_stats, row, f.data, f.data + f.len, D_METADATA_STAT) < 0) {
                 free(vals);
                 return -1;
             }
@@ -1032,16 +1084,16 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
     vec lines = {NULL, 0, 0, sizeof(entry)}, evmd = {NULL, 0, 0, sizeof(entry)},
         stmd = {NULL, 0, 0, sizeof(entry)}, pstats = {NULL, 0, 0, sizeof(entry)};
     int64_t seq = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_PLANE)) > 0) {
         if (f.wt != 2) continue;
         entry e = {0, seq++, f.data, f.len};
         if (f.num == 3) {
             if (vec_reserve(&lines, lines.n + 1) < 0) goto done;
             VEC_AT(lines, entry, lines.n++) = e;
         } else if (f.num == 4) {
-            if (collect_entries(w, &evmd, f.data, f.data + f.len, seq) < 0) goto done;
+            if (collect_entries(st, &evmd, f.data, f.data + f.len, seq, 5) < 0) goto done;
         } else if (f.num == 5) {
-            if (collect_entries(w, &stmd, f.data, f.data + f.len, seq) < 0) goto done;
+            if (collect_entries(st, &stmd, f.data, f.data + f.len, seq, 0) < 0) goto done;
         } else if (f.num == 6) {
             if (vec_reserve(&pstats, pstats.n + 1) < 0) goto done;
             VEC_AT(pstats, entry, pstats.n++) = e;
@@ -1052,7 +1104,7 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
     if (build_event_metadata(st, plane_row, &evmd) < 0) goto done;
     for (size_t i = 0; i < pstats.n; i++) {
         const entry *e = &VEC_AT(pstats, entry, i);
-        if (decode_stat(st, &st->plane_stats, plane_row, e->data, e->data + e->len) < 0)
+        if (decode_stat(st, &st->plane_stats, plane_row, e->data, e->data + e->len, D_PLANE_STAT) < 0)
             goto done;
     }
     for (size_t i = 0; i < lines.n; i++) {
@@ -1077,7 +1129,7 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
                 if (decode_event(st, row, ts, q, q + len) < 0) goto done;
                 q += len;
             }
-            if ((r = next_field(w, &q, qend, &f)) <= 0) break;
+            if ((r = next_field(w, &q, qend, &f, D_LINE)) <= 0) break;
             if (f.num == 4 && f.wt == 2 &&
                 decode_event(st, row, ts, f.data, f.data + f.len) < 0)
                 goto done;
@@ -1161,6 +1213,8 @@ static void state_free(state *st) {
     vec_free(&st->line_names);
     vec_free(&st->line_display_names);
     vec_free(&st->md_display_names);
+    for (size_t i = 0; i < st->merged.n; i++) free(VEC_AT(st->merged, uint8_t *, i));
+    vec_free(&st->merged);
 }
 
 static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
@@ -1195,6 +1249,7 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     st.md_id.esz = 8;
     st.statmd_name.esz = st.statmd_ref.esz = 4;
     st.statmd_span.esz = sizeof(entry);
+    st.merged.esz = sizeof(uint8_t *);
     sink_init(&st.ev_stats);
     sink_init(&st.ag_stats);
     sink_init(&st.plane_stats);
@@ -1216,7 +1271,7 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     const uint8_t *p = buf, *end = buf + size;
     field f;
     int r;
-    while ((r = next_field(&st.w, &p, end, &f)) > 0) {
+    while ((r = next_field(&st.w, &p, end, &f, D_SPACE)) > 0) {
         if (f.wt != 2) continue;
         if (f.num == 1) {
             if (vec_reserve(&planes, planes.n + 1) < 0) goto fail;

@@ -28,6 +28,9 @@ _KIND = {
     "ref_value": 6,
 }
 _INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+#: The same words as the compiled decoder's (OUT_OF_RANGE_MSG in ``_wire.c``).
+OUT_OF_RANGE = "an event's start or end is outside the int64 range of nanoseconds"
 _PROGRESS_EVERY = 1 << 18
 
 
@@ -179,10 +182,17 @@ class _Decoder:
                         dec.stat(self.event_stats, n, stat)
                     off = event.offset_ps
                     start = ts + off // 1000
+                    stop = ts + (off + event.duration_ps) // 1000
+                    if not (
+                        _INT64_MIN <= start <= _INT64_MAX
+                        and _INT64_MIN <= stop <= _INT64_MAX
+                        and _INT64_MIN <= stop - start <= _INT64_MAX
+                    ):
+                        raise ValueError(OUT_OF_RANGE)
                     ev_line[n] = line_row
                     ev_name[n] = code
                     ev_start[n] = start
-                    ev_dur[n] = ts + (off + event.duration_ps) // 1000 - start
+                    ev_dur[n] = stop - start
                     n += 1
                     if self.progress is not None and n % _PROGRESS_EVERY == 0:
                         self.progress(int(self.size * n / max(total, 1)))
