@@ -12,6 +12,7 @@ import pytest
 import xspace as X
 from traces import all_traces
 
+import traceinspect
 from traceinspect.xplane import pydecode
 from traceinspect.xplane.raw import typed
 from traceinspect.xplane.reader import compiled_available
@@ -189,7 +190,7 @@ def test_decoders_agree_on_built_edge_cases() -> None:
     assert c["events"]["duration_ns"].tolist()[:3] == [2, 1, 1]
     # uint64 keeps its bits; ref stats resolve to the referenced name.
     names = c["event_names"]
-    assert "hashed é \udcff invalid utf8" in names
+    assert "hashed é \\xff invalid utf8" in names  # names: \\xNN for bytes not UTF-8
     assert "" in names  # the event with an unknown metadata id
     assert "some-target" in c["str_values"]
     assert -1 in c["event_stats"]["int_value"].tolist()
@@ -425,3 +426,17 @@ def test_map_value_given_twice_is_merged_by_both() -> None:
         assert_same(c, p)
         assert c["event_names"] == ["a"] and c["metadata_display_names"] == ["d"]
         assert c["metadata_stats"]["int_value"].tolist() == [7, 8, 8][:repeats]
+
+
+def test_a_name_spelling_out_bytes_that_are_not_utf8_stays_apart(tmp_path: Path) -> None:
+    # b"a\xff" reads as the text "a\\xff", which another name may hold literally.
+    xs = X.space()
+    plane = X.add_plane(xs, "/host:CPU")
+    plane.line("t", 0, [X.Ev("a\\xff", 0, 10), X.Ev("b", 20, 10)])
+    X.event_metadata(plane.plane, plane.event_id("b")).name = b"a\xff"
+    path = X.write(xs, tmp_path / "t.xplane.pb")
+    names = []
+    for decoder in ("c", "python"):
+        trace = traceinspect.load(path, decoder=decoder, use_cache=False)  # type: ignore[arg-type]
+        names.append(trace.events["name"].astype(str).tolist())
+    assert names[0] == names[1] == ["a\\xff", "a\\xff #2"]

@@ -34,6 +34,13 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # The reader of our output left (`| head`): nothing to report, as for other
+            # Unix tools; stdout goes to /dev/null so the exit flush does not fail again.
+            from traceinspect.cli._options import _drop_stdout
+
+            _drop_stdout()
+            sys.exit(1)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_COMMANDS})

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, note_newest_run, trace_input
+from traceinspect.cli._options import (
+    TraceRequest,
+    json_option,
+    note_newest_run,
+    trace_input,
+    writing,
+)
 from traceinspect.cli._progress import StatusLine
 from traceinspect.errors import UsageError
 
@@ -122,7 +128,8 @@ def analyze(
         kept = answers.read(located, printed)
         if kept is not None:
             note_newest_run(located, request.path, request.quiet)
-            click.echo(kept)
+            with writing(None):
+                click.echo(kept)
             return
     result, trace = _one_host_analysis(request, located)
     if as_json:
@@ -131,7 +138,8 @@ def analyze(
         from traceinspect.report.analyze import render_analysis
 
         text = render_analysis(result, top_gaps=top_gaps)
-    click.echo(text)
+    with writing(None):
+        click.echo(text)
     if not request.no_cache:
         answers.write(located, printed, text)
     if plots_dir is not None or html_file is not None:
@@ -190,8 +198,9 @@ def _write_reports(
     if plots_dir is not None:
         written += save_figures(figures, plots_dir)
     if html_file is not None:
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(page(figures), encoding="utf-8")
+        with writing(html_file):
+            html_file.parent.mkdir(parents=True, exist_ok=True)
+            html_file.write_text(page(figures), encoding="utf-8")
         written.append(html_file)
     if not quiet:
         for path in written:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import math
 from pathlib import Path
 
 import click
 
-from traceinspect.cli._options import TraceRequest, trace_input
+from traceinspect.cli._options import TraceRequest, trace_input, writing
 from traceinspect.errors import UsageError
 
 
@@ -72,6 +72,8 @@ def events(
 
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes a binary file: add -o FILE.parquet.")
+    if window is not None and not (math.isfinite(window[0]) and math.isfinite(window[1])):
+        raise UsageError(f"--window needs two finite times in ms (got {window[0]} {window[1]}).")
     trace = request.load()
     start_ns = end_ns = None
     if window is not None:
@@ -82,14 +84,14 @@ def events(
     )
     if limit is None and fmt == "table":
         limit = 50
-    result = render_events(
-        trace, selected, fmt=fmt, sort=sort, limit=limit, stats=not no_stats, output=output
-    )
-    if result.text is not None:
-        if output is None:
-            click.echo(result.text, nl=not result.text.endswith("\n"))
-        else:
-            output.write_text(result.text)
+    with writing(output):
+        result = render_events(
+            trace, selected, fmt=fmt, sort=sort, limit=limit, stats=not no_stats, output=output
+        )
+        if result.text is not None:
+            if output is None:
+                click.echo(result.text, nl=not result.text.endswith("\n"))
+            else:
+                output.write_text(result.text, encoding="utf-8")
     if not request.quiet and result.note:
         click.echo(result.note, err=True)
-    sys.stdout.flush()

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from traceinspect.cli._options import TraceRequest, trace_input
+from traceinspect.cli._options import TraceRequest, trace_input, writing
 from traceinspect.errors import UsageError
 
 # Kept in step with traceinspect.report.perfetto.MAX_EVENTS (not imported: it needs pandas,
@@ -119,12 +119,8 @@ def export(
         window_ms=window_ms,
         max_events=max_events,
     )
-    try:
+    with writing(output):
         size = result.write(output)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the file ({exc.strerror}); pick another -o."
-        ) from None
     if request.quiet:
         return
     if result.dropped_count:

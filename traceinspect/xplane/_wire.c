@@ -237,9 +237,16 @@ static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *
     return fail_at(w, p, "varint longer than 10 bytes");
 }
 
-/* Names may be absent (NULL, 0) and need not be valid UTF-8: keep every byte. */
-static inline PyObject *decode_str(const uint8_t *p, size_t len) {
-    return PyUnicode_DecodeUTF8(p ? (const char *)p : "", (Py_ssize_t)len, "surrogateescape");
+/* Strings may be absent (NULL, 0) and need not be valid UTF-8. Names read bytes that are
+ * not UTF-8 as \xNN text ("backslashreplace"), so that every name is text any output
+ * (pandas' Arrow strings, CSV, Parquet, a terminal) takes; stat values keep every byte
+ * ("surrogateescape": bytes_value stats hold serialized protobufs). Mirrored in
+ * pydecode.py. */
+#define NAME_ERRORS "backslashreplace"
+#define VALUE_ERRORS "surrogateescape"
+
+static inline PyObject *decode_str(const uint8_t *p, size_t len, const char *errors) {
+    return PyUnicode_DecodeUTF8(p ? (const char *)p : "", (Py_ssize_t)len, errors);
 }
 
 /* A string of the input, made a Python str only at the end (with the GIL). */
@@ -255,12 +262,12 @@ static int push_str(vec *v, const uint8_t *p, size_t len) {
 }
 
 /* The strings of v as a new list (GIL held). */
-static PyObject *str_list(const vec *v) {
+static PyObject *str_list(const vec *v, const char *errors) {
     PyObject *list = PyList_New((Py_ssize_t)v->n);
     if (!list) return NULL;
     for (size_t i = 0; i < v->n; i++) {
         const strref *r = &VEC_AT(*v, strref, i);
-        PyObject *s = decode_str(r->p, r->len);
+        PyObject *s = decode_str(r->p, r->len, errors);
         if (!s) {
             Py_DECREF(list);
             return NULL;
@@ -1328,16 +1335,16 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     if (!sub) goto fail;                                           \
     if (put(result, name, sub) < 0) goto fail;                     \
     __VA_ARGS__
-    if (put(result, "hostnames", str_list(&hostnames)) < 0 ||
-        put(result, "errors", str_list(&errors)) < 0 ||
-        put(result, "warnings", str_list(&warnings)) < 0 ||
-        put(result, "event_names", str_list(&st.event_names.refs)) < 0 ||
-        put(result, "stat_names", str_list(&st.stat_names.refs)) < 0 ||
-        put(result, "str_values", str_list(&st.str_values.refs)) < 0 ||
-        put(result, "plane_names", str_list(&st.plane_names)) < 0 ||
-        put(result, "line_names", str_list(&st.line_names)) < 0 ||
-        put(result, "line_display_names", str_list(&st.line_display_names)) < 0 ||
-        put(result, "metadata_display_names", str_list(&st.md_display_names)) < 0)
+    if (put(result, "hostnames", str_list(&hostnames, NAME_ERRORS)) < 0 ||
+        put(result, "errors", str_list(&errors, NAME_ERRORS)) < 0 ||
+        put(result, "warnings", str_list(&warnings, NAME_ERRORS)) < 0 ||
+        put(result, "event_names", str_list(&st.event_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "stat_names", str_list(&st.stat_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "str_values", str_list(&st.str_values.refs, VALUE_ERRORS)) < 0 ||
+        put(result, "plane_names", str_list(&st.plane_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_names", str_list(&st.line_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_display_names", str_list(&st.line_display_names, NAME_ERRORS)) < 0 ||
+        put(result, "metadata_display_names", str_list(&st.md_display_names, NAME_ERRORS)) < 0)
         goto fail;
     {
         PUT_DICT("planes", if (put_column(sub, "xplane_id", &st.plane_xid) < 0) goto fail;)

@@ -34,20 +34,23 @@ OUT_OF_RANGE = "an event's start or end is outside the int64 range of nanosecond
 _PROGRESS_EVERY = 1 << 18
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
+def _text(raw: bytes, errors: str = "backslashreplace") -> str:
+    """Names: bytes that are not UTF-8 as ``\\xNN`` text; stat values (``errors=
+    "surrogateescape"``) keep every byte. The same rule as ``decode_str`` in ``_wire.c``."""
+    return raw.decode("utf-8", errors)
 
 
 class _Interner:
-    def __init__(self) -> None:
+    def __init__(self, errors: str = "backslashreplace") -> None:
         self.codes: dict[bytes, int] = {}
         self.strings: list[str] = []
+        self.errors = errors
 
     def __call__(self, raw: bytes) -> int:
         code = self.codes.get(raw)
         if code is None:
             code = self.codes[raw] = len(self.strings)
-            self.strings.append(_text(raw))
+            self.strings.append(_text(raw, self.errors))
         return code
 
 
@@ -124,7 +127,7 @@ class _Decoder:
         self.size = size
         self.event_names = _Interner()
         self.stat_names = _Interner()
-        self.str_values = _Interner()
+        self.str_values = _Interner("surrogateescape")
         self.event_stats = _Stats()
         self.aggregated_stats = _Stats()
         self.plane_stats = _Stats()
