@@ -20,6 +20,7 @@ from traceinspect.errors import (
     TraceDecodeError,
     TraceNotFoundError,
 )
+from traceinspect.xplane.reader import compiled_available
 
 SAMPLE = SAMPLES[0]
 
@@ -190,3 +191,30 @@ def test_loading_in_the_background_raises_in_the_callers_thread(tmp_path: Path) 
     loading = load_in_background(bad, use_cache=False)
     with pytest.raises(TraceDecodeError, match=r"bad\.xplane\.pb"):
         loading.result()
+
+
+@pytest.mark.skipif(not compiled_available(), reason="C decoder not built")
+@pytest.mark.parametrize(
+    ("env", "flag", "used"),
+    [
+        ("python", None, "python"),
+        ("c", None, "c"),
+        ("python", "c", "c"),
+        ("python", "auto", "python"),
+    ],
+)
+def test_the_decoder_setting_is_honoured_by_the_cli_too(
+    monkeypatch: pytest.MonkeyPatch, env: str, flag: str | None, used: str
+) -> None:
+    from click.testing import CliRunner
+
+    from traceinspect.cli import main
+
+    monkeypatch.setenv("TRACEINSPECT_DECODER", env)
+    args = ["info", str(SAMPLES[0]), "--no-cache", *(["--decoder", flag] if flag else [])]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"({used} decoder)" in result.stdout
+    # The library the same way: None and "auto" defer to the environment.
+    trace = traceinspect.load(SAMPLES[0], use_cache=False, decoder=flag)  # type: ignore[arg-type]
+    assert trace.load_info.decoder == used
