@@ -218,3 +218,24 @@ def test_the_decoder_setting_is_honoured_by_the_cli_too(
     # The library the same way: None and "auto" defer to the environment.
     trace = traceinspect.load(SAMPLES[0], use_cache=False, decoder=flag)  # type: ignore[arg-type]
     assert trace.load_info.decoder == used
+
+
+def test_a_gzip_bomb_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinspect.xplane import reader
+
+    monkeypatch.setattr(reader, "INFLATE_FLOOR", 1 << 20)
+    bomb = tmp_path / "bomb.xplane.pb.gz"
+    bomb.write_bytes(gzip.compress(bytes(8 << 20), compresslevel=9))  # 8 MiB of zeros
+    with pytest.raises(TraceDecodeError) as info:
+        traceinspect.load(bomb, use_cache=False)
+    message = str(info.value)
+    assert message.startswith(f"{bomb}: the gzip stream inflates past 1 MiB from 0.0 MiB")
+    assert "\n" not in message
+    # A real trace is far from the ratio: with no floor at all it still reads.
+    monkeypatch.setattr(reader, "INFLATE_FLOOR", 0)
+    real = tmp_path / "real.xplane.pb.gz"
+    real.write_bytes(gzip.compress(SAMPLE.read_bytes(), compresslevel=9))
+    assert (
+        traceinspect.load(real, use_cache=False).event_count
+        == traceinspect.load(SAMPLE, use_cache=False).event_count
+    )
