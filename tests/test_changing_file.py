@@ -93,7 +93,7 @@ def _change_during_read(monkeypatch: pytest.MonkeyPatch, path: Path, new: bytes 
                     fh.write(new)
         return st
 
-    monkeypatch.setattr(reader.os, "fstat", fstat)
+    monkeypatch.setattr(os, "fstat", fstat)
 
 
 @pytest.mark.parametrize("decoder", DECODERS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -374,7 +375,7 @@ def _groups(n: int, field: int = 15) -> bytes:
 
 
 # Where unknown groups sit: each wraps them in the messages above (plane, line, event...).
-_NESTING = {
+_NESTING: dict[str, Callable[[bytes], bytes]] = {
     "space": lambda g: g,
     "plane": lambda g: _ld(0x0A, g),
     "line": lambda g: _ld(0x0A, _ld(0x1A, g)),
@@ -437,6 +438,6 @@ def test_a_name_spelling_out_bytes_that_are_not_utf8_stays_apart(tmp_path: Path)
     path = X.write(xs, tmp_path / "t.xplane.pb")
     names = []
     for decoder in ("c", "python"):
-        trace = traceinspect.load(path, decoder=decoder, use_cache=False)  # type: ignore[arg-type]
+        trace = traceinspect.load(path, decoder=decoder, use_cache=False)
         names.append(trace.events["name"].astype(str).tolist())
     assert names[0] == names[1] == ["a\\xff", "a\\xff #2"]

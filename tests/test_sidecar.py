@@ -206,8 +206,8 @@ def test_every_bundled_capture_was_made_on_a_tested_stack() -> None:
 # --- numbers no capture writes: NaN, Infinity, negative, another type (issue 34) ----------
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traceinspect" / "_samples" / "sync_bound"
-_BAD_VALUES = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "neg": -3}
-_BAD_VALUES |= {"str": "8", "list": [8], "bool": True}
+_BAD_VALUES: dict[str, object] = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+_BAD_VALUES |= {"neg": -3, "str": "8", "list": [8], "bool": True}
 
 
 @pytest.mark.parametrize("bad", list(_BAD_VALUES))

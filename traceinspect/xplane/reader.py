@@ -55,7 +55,7 @@ def compiled_available() -> bool:
 def resolve_decoder(decoder: DecoderName | None = None) -> Literal["c", "python"]:
     """Which decoder a call will use: "c" or "python" as asked, else (None or "auto", as
     the CLI's hidden ``--decoder`` defaults to) ``TRACEINSPECT_DECODER``, else C."""
-    choice = decoder if decoder not in (None, "auto") else None
+    choice: str = decoder if decoder is not None and decoder != "auto" else ""
     choice = choice or os.environ.get("TRACEINSPECT_DECODER", "auto") or "auto"
     if choice not in ("auto", "c", "python"):
         raise UsageError(f"unknown decoder {choice!r}: use 'auto', 'c' or 'python'.")
