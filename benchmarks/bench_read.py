@@ -5,9 +5,11 @@ decoded, and a file rewritten in place changes under the decoder's two passes. T
 compared, each in a fresh process (its own peak RSS), interleaved, best of ``--repeat``:
 
 - ``mmap``: the file mapped read-only, the decoder dropping the pages it has decoded
-  (what ``reader.py`` did before issue 34); no protection;
+  (what ``reader.py`` did before issue 34; since, ``_wire.c`` guards a mapped input
+  against SIGBUS itself);
 - ``mmap+stamps``: the same, with the file's size, mtime, ctime and inode compared before
-  and after (detects a change, cannot stop the SIGBUS of a shrinking file);
+  and after (a change: without the guard, it cannot stop the SIGBUS of a shrinking file;
+  what ``reader.py`` does for the compiled decoder);
 - ``private``: the whole file read into the process's own memory (``read()``), stamps
   compared around the read, then decoded: nothing the file does later reaches the decoder.
 

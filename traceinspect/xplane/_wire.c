@@ -25,6 +25,10 @@
  * later (interned strings are compared in place, map entries point into the file) fault
  * back in with the same bytes. Only a read-only mmap is accepted for this: dropped pages
  * of the process's own memory would read back as zeros.
+ *
+ * A mapped file may change while it is read: the fill pass checks every write against
+ * what the index pass allocated, and a read-only mmap is decoded under a SIGBUS guard (a
+ * file that shrinks): both end in "the trace changed while it was read" (see GUARD).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +37,11 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #endif
 #include <stdint.h>
 #include <stdio.h>
@@ -554,6 +563,11 @@ typedef struct {
     vec statmd_ref;   /* local stat metadata index -> str_values code, -1 until used */
     vec statmd_span;  /* local stat metadata index -> entry with the name span */
     vec merged;       /* uint8_t *: map values given twice, concatenated (collect_entries) */
+    /* the XSpace's own fields */
+    vec planes;                        /* entry */
+    vec hostnames, errors, warnings;   /* strref */
+    char *strings;                     /* every strref's bytes, copied (own_strings) */
+    PyThreadState *thread;             /* while the GIL is released (decode(release_gil)) */
     int32_t empty_event_name, empty_stat_name, empty_str_value;
     /* progress (never called without the GIL: decode refuses both) */
     PyObject *progress;
@@ -1222,110 +1236,223 @@ static void state_free(state *st) {
     vec_free(&st->md_display_names);
     for (size_t i = 0; i < st->merged.n; i++) free(VEC_AT(st->merged, uint8_t *, i));
     vec_free(&st->merged);
+    vec_free(&st->planes);
+    vec_free(&st->hostnames);
+    vec_free(&st->errors);
+    vec_free(&st->warnings);
+    free(st->strings);
 }
 
-static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
-                              size_t release_every, int nogil, PyObject *between_passes) {
-    state st;
-    memset(&st, 0, sizeof(st));
-    st.w.base = buf;
-    st.progress = progress;
-    st.nogil = nogil;
-    st.release_next = UINTPTR_MAX;
-#ifdef MADV_DONTNEED
-    if (release_every > 0) {
-        long page = sysconf(_SC_PAGESIZE);
-        st.page = page > 0 ? (uintptr_t)page : 4096;
-        st.released = ((uintptr_t)buf + st.page - 1) & ~(st.page - 1);
-        st.release_every = release_every;
-        st.release_next = (uintptr_t)buf + release_every;
-    }
-#else
-    (void)release_every;
-#endif
-    st.empty_event_name = st.empty_stat_name = st.empty_str_value = -1;
-    st.plane_xid.esz = 8;
-    st.line_plane.esz = 4;
-    st.line_id.esz = st.line_ts.esz = st.line_dur.esz = st.line_display_id.esz =
-        st.line_count.esz = st.line_events.esz = st.line_first.esz = st.line_last.esz = 8;
-    st.ev_line.esz = st.ev_name.esz = 4;
-    st.ev_start.esz = st.ev_dur.esz = 8;
-    st.ag_line.esz = st.ag_name.esz = 4;
-    st.ag_count.esz = st.ag_dur.esz = 8;
-    st.md_plane.esz = st.md_name.esz = 4;
-    st.md_id.esz = 8;
-    st.statmd_name.esz = st.statmd_ref.esz = 4;
-    st.statmd_span.esz = sizeof(entry);
-    st.merged.esz = sizeof(uint8_t *);
-    sink_init(&st.ev_stats);
-    sink_init(&st.ag_stats);
-    sink_init(&st.plane_stats);
-    sink_init(&st.md_stats);
-    st.plane_names.esz = st.line_names.esz = st.line_display_names.esz =
-        st.md_display_names.esz = sizeof(strref);
+/* ------------------------------------------------------------------------------------ */
+/* Reading a mapped file that shrinks: SIGBUS.                                            */
+/* A page of a mapping past the end of its file raises SIGBUS when read. While the        */
+/* decoder reads its input, a handler turns that into a jump back to decode_space (the    */
+/* fault's address is inside the input: anything else goes to the handler that was        */
+/* there before, or kills as it would have), which raises "the trace changed while it was */
+/* read". Faults happen only in this file's own reads of the input, never inside malloc   */
+/* or Python, and every string is copied out of the input (own_strings) before Python     */
+/* objects are made, so the jump leaves nothing half done; the state it frees lives on    */
+/* the heap. The handler is installed while any thread decodes (a count), per process.    */
 
-    PyObject *result = NULL;
-    vec hostnames = {NULL, 0, 0, sizeof(strref)}, errors = hostnames, warnings = hostnames;
-    vec planes = {NULL, 0, 0, sizeof(entry)};
-    pending.type = NULL;
-    /* From here to the result, no Python object is touched (see pending_error). */
-    PyThreadState *released = nogil ? PyEval_SaveThread() : NULL;
-    if (strtab_init(&st.event_names) < 0 || strtab_init(&st.stat_names) < 0 ||
-        strtab_init(&st.str_values) < 0)
-        goto fail;
+#if defined(SIGBUS) && defined(SA_SIGINFO)
+#define GUARD 1
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static int guard_users;
+static struct sigaction guard_saved;
+static _Thread_local sigjmp_buf guard_env;
+static _Thread_local volatile sig_atomic_t guard_on;
+static _Thread_local const uint8_t *guard_lo, *guard_hi;
+
+static void guard_handler(int sig, siginfo_t *si, void *uc) {
+    const uint8_t *at = (const uint8_t *)si->si_addr;
+    if (guard_on && at >= guard_lo && at < guard_hi) {
+        guard_on = 0;
+        siglongjmp(guard_env, 1);
+    }
+    if ((guard_saved.sa_flags & SA_SIGINFO) && guard_saved.sa_sigaction) {
+        guard_saved.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (!(guard_saved.sa_flags & SA_SIGINFO) && guard_saved.sa_handler != SIG_DFL &&
+        guard_saved.sa_handler != SIG_IGN) {
+        guard_saved.sa_handler(sig);
+        return;
+    }
+    /* What would have happened without us: the faulting read runs again and kills. */
+    signal(sig, SIG_DFL);
+}
+
+static int guard_install(void) {
+    int ok = 1;
+    pthread_mutex_lock(&guard_mu);
+    if (guard_users == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = guard_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        ok = sigaction(SIGBUS, &sa, &guard_saved) == 0;
+    }
+    if (ok) guard_users++;
+    pthread_mutex_unlock(&guard_mu);
+    return ok;
+}
+
+static void guard_remove(void) {
+    guard_on = 0;
+    pthread_mutex_lock(&guard_mu);
+    if (--guard_users == 0) sigaction(SIGBUS, &guard_saved, NULL);
+    pthread_mutex_unlock(&guard_mu);
+}
+#endif
+
+/* Copy the bytes of every string the result names out of the input, so that nothing
+ * reads the input once the guard is off (and a dropped page is not faulted back in). */
+static int own_strings(state *st) {
+    vec *lists[] = {&st->hostnames, &st->errors, &st->warnings, &st->event_names.refs,
+                    &st->stat_names.refs, &st->str_values.refs, &st->plane_names,
+                    &st->line_names, &st->line_display_names, &st->md_display_names};
+    size_t n = sizeof(lists) / sizeof(lists[0]), total = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < lists[i]->n; k++) total += VEC_AT(*lists[i], strref, k).len;
+    st->strings = malloc(total ? total : 1);
+    if (!st->strings) return no_memory();
+    char *at = st->strings;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < lists[i]->n; k++) {
+            strref *r = &VEC_AT(*lists[i], strref, k);
+            if (r->len) memcpy(at, r->p, r->len);
+            r->p = (const uint8_t *)at;
+            at += r->len;
+        }
+    }
+    return 0;
+}
+
+/* The wire format to columns, in st (the GIL released, when st->thread is set). */
+static int decode_wire(state *st, const uint8_t *buf, size_t size, PyObject *between_passes) {
+    if (strtab_init(&st->event_names) < 0 || strtab_init(&st->stat_names) < 0 ||
+        strtab_init(&st->str_values) < 0)
+        return -1;
 
     /* XSpace */
     const uint8_t *p = buf, *end = buf + size;
     field f;
     int r;
-    while ((r = next_field(&st.w, &p, end, &f, D_SPACE)) > 0) {
+    while ((r = next_field(&st->w, &p, end, &f, D_SPACE)) > 0) {
         if (f.wt != 2) continue;
         if (f.num == 1) {
-            if (vec_reserve(&planes, planes.n + 1) < 0) goto fail;
+            if (vec_reserve(&st->planes, st->planes.n + 1) < 0) return -1;
             entry e = {0, 0, f.data, f.len};
-            VEC_AT(planes, entry, planes.n++) = e;
+            VEC_AT(st->planes, entry, st->planes.n++) = e;
         } else if (f.num == 2 || f.num == 3 || f.num == 4) {
-            vec *list = f.num == 2 ? &errors : f.num == 3 ? &warnings : &hostnames;
-            if (push_str(list, f.data, f.len) < 0) goto fail;
+            vec *list = f.num == 2 ? &st->errors : f.num == 3 ? &st->warnings : &st->hostnames;
+            if (push_str(list, f.data, f.len) < 0) return -1;
         }
     }
-    if (r < 0) goto fail;
+    if (r < 0) return -1;
 
     size_t total = 0;
-    for (size_t i = 0; i < planes.n; i++) {
-        const entry *e = &VEC_AT(planes, entry, i);
-        if (index_plane(&st, (int32_t)i, e->data, e->data + e->len, &total) < 0) goto fail;
+    for (size_t i = 0; i < st->planes.n; i++) {
+        const entry *e = &VEC_AT(st->planes, entry, i);
+        if (index_plane(st, (int32_t)i, e->data, e->data + e->len, &total) < 0) return -1;
     }
-    if (total > (size_t)INT32_MAX) {
-        set_error(PyExc_OverflowError, "more than 2**31 events in one file");
-        goto fail;
-    }
-    if (vec_reserve(&st.ev_line, total) < 0 || vec_reserve(&st.ev_name, total) < 0 ||
-        vec_reserve(&st.ev_start, total) < 0 || vec_reserve(&st.ev_dur, total) < 0)
-        goto fail;
-    st.ev_alloc = total;
+    if (total > (size_t)INT32_MAX)
+        return set_error(PyExc_OverflowError, "more than 2**31 events in one file");
+    if (vec_reserve(&st->ev_line, total) < 0 || vec_reserve(&st->ev_name, total) < 0 ||
+        vec_reserve(&st->ev_start, total) < 0 || vec_reserve(&st->ev_dur, total) < 0)
+        return -1;
+    st->ev_alloc = total;
     if (between_passes != Py_None) { /* tests: change the input here */
-        if (released) PyEval_RestoreThread(released);
-        released = NULL;
+        if (st->thread) PyEval_RestoreThread(st->thread);
+        st->thread = NULL;
         PyObject *res = PyObject_CallNoArgs(between_passes);
-        if (!res) goto fail;
+        if (!res) return -1;
         Py_DECREF(res);
     }
 
     int32_t line_row = 0;
-    for (size_t i = 0; i < planes.n; i++) {
-        const entry *e = &VEC_AT(planes, entry, i);
-        if (fill_plane(&st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) goto fail;
+    for (size_t i = 0; i < st->planes.n; i++) {
+        const entry *e = &VEC_AT(st->planes, entry, i);
+        if (fill_plane(st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) return -1;
     }
-    if ((size_t)line_row != st.line_ts.n) {
-        changed();
-        goto fail;
+    if ((size_t)line_row != st->line_ts.n) return changed();
+    if (report_progress(st, end) < 0) return -1;
+    return own_strings(st);
+}
+
+static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
+                              size_t release_every, int nogil, PyObject *between_passes,
+                              int mapped) {
+    /* On the heap: decode_wire changes it, and a SIGBUS jumps back past that. */
+    state *st = calloc(1, sizeof(state));
+    if (!st) return PyErr_NoMemory();
+    st->w.base = buf;
+    st->progress = progress;
+    st->nogil = nogil;
+    st->release_next = UINTPTR_MAX;
+#ifdef MADV_DONTNEED
+    if (release_every > 0) {
+        long page = sysconf(_SC_PAGESIZE);
+        st->page = page > 0 ? (uintptr_t)page : 4096;
+        st->released = ((uintptr_t)buf + st->page - 1) & ~(st->page - 1);
+        st->release_every = release_every;
+        st->release_next = (uintptr_t)buf + release_every;
     }
-    if (report_progress(&st, end) < 0) goto fail;
-    if (released) {
-        PyEval_RestoreThread(released);
-        released = NULL;
+#else
+    (void)release_every;
+#endif
+    st->empty_event_name = st->empty_stat_name = st->empty_str_value = -1;
+    st->plane_xid.esz = 8;
+    st->line_plane.esz = 4;
+    st->line_id.esz = st->line_ts.esz = st->line_dur.esz = st->line_display_id.esz =
+        st->line_count.esz = st->line_events.esz = st->line_first.esz = st->line_last.esz = 8;
+    st->ev_line.esz = st->ev_name.esz = 4;
+    st->ev_start.esz = st->ev_dur.esz = 8;
+    st->ag_line.esz = st->ag_name.esz = 4;
+    st->ag_count.esz = st->ag_dur.esz = 8;
+    st->md_plane.esz = st->md_name.esz = 4;
+    st->md_id.esz = 8;
+    st->statmd_name.esz = st->statmd_ref.esz = 4;
+    st->statmd_span.esz = sizeof(entry);
+    st->merged.esz = sizeof(uint8_t *);
+    st->planes.esz = sizeof(entry);
+    sink_init(&st->ev_stats);
+    sink_init(&st->ag_stats);
+    sink_init(&st->plane_stats);
+    sink_init(&st->md_stats);
+    st->plane_names.esz = st->line_names.esz = st->line_display_names.esz =
+        st->md_display_names.esz = st->hostnames.esz = st->errors.esz = st->warnings.esz =
+            sizeof(strref);
+
+    PyObject *result = NULL;
+    pending.type = NULL;
+    /* From here to the result, no Python object is touched (see pending_error). */
+    st->thread = nogil ? PyEval_SaveThread() : NULL;
+    int rc;
+#ifdef GUARD
+    volatile int guarded = mapped && guard_install();
+    if (guarded) {
+        guard_lo = buf;
+        guard_hi = buf + size;
+        if (sigsetjmp(guard_env, 1) != 0) {
+            guard_remove();
+            if (st->thread) PyEval_RestoreThread(st->thread);
+            st->thread = NULL;
+            changed(); /* the file shrank under its mapping */
+            goto fail;
+        }
+        guard_on = 1;
     }
+    rc = decode_wire(st, buf, size, between_passes);
+    if (guarded) guard_remove();
+#else
+    (void)mapped;
+    rc = decode_wire(st, buf, size, between_passes);
+#endif
+    if (st->thread) PyEval_RestoreThread(st->thread);
+    st->thread = NULL;
+    if (rc < 0) goto fail;
 
     result = PyDict_New();
     if (!result) goto fail;
@@ -1335,70 +1462,63 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     if (!sub) goto fail;                                           \
     if (put(result, name, sub) < 0) goto fail;                     \
     __VA_ARGS__
-    if (put(result, "hostnames", str_list(&hostnames, NAME_ERRORS)) < 0 ||
-        put(result, "errors", str_list(&errors, NAME_ERRORS)) < 0 ||
-        put(result, "warnings", str_list(&warnings, NAME_ERRORS)) < 0 ||
-        put(result, "event_names", str_list(&st.event_names.refs, NAME_ERRORS)) < 0 ||
-        put(result, "stat_names", str_list(&st.stat_names.refs, NAME_ERRORS)) < 0 ||
-        put(result, "str_values", str_list(&st.str_values.refs, VALUE_ERRORS)) < 0 ||
-        put(result, "plane_names", str_list(&st.plane_names, NAME_ERRORS)) < 0 ||
-        put(result, "line_names", str_list(&st.line_names, NAME_ERRORS)) < 0 ||
-        put(result, "line_display_names", str_list(&st.line_display_names, NAME_ERRORS)) < 0 ||
-        put(result, "metadata_display_names", str_list(&st.md_display_names, NAME_ERRORS)) < 0)
+    if (put(result, "hostnames", str_list(&st->hostnames, NAME_ERRORS)) < 0 ||
+        put(result, "errors", str_list(&st->errors, NAME_ERRORS)) < 0 ||
+        put(result, "warnings", str_list(&st->warnings, NAME_ERRORS)) < 0 ||
+        put(result, "event_names", str_list(&st->event_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "stat_names", str_list(&st->stat_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "str_values", str_list(&st->str_values.refs, VALUE_ERRORS)) < 0 ||
+        put(result, "plane_names", str_list(&st->plane_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_names", str_list(&st->line_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_display_names", str_list(&st->line_display_names, NAME_ERRORS)) < 0 ||
+        put(result, "metadata_display_names", str_list(&st->md_display_names, NAME_ERRORS)) < 0)
         goto fail;
     {
-        PUT_DICT("planes", if (put_column(sub, "xplane_id", &st.plane_xid) < 0) goto fail;)
+        PUT_DICT("planes", if (put_column(sub, "xplane_id", &st->plane_xid) < 0) goto fail;)
     }
     {
-        PUT_DICT("lines", if (put_column(sub, "plane_row", &st.line_plane) < 0 ||
-                              put_column(sub, "line_id", &st.line_id) < 0 ||
-                              put_column(sub, "timestamp_ns", &st.line_ts) < 0 ||
-                              put_column(sub, "duration_ps", &st.line_dur) < 0 ||
-                              put_column(sub, "display_id", &st.line_display_id) < 0 ||
-                              put_column(sub, "event_count", &st.line_count) < 0 ||
-                              put_column(sub, "timed_events", &st.line_events) < 0 ||
-                              put_column(sub, "first_start_ns", &st.line_first) < 0 ||
-                              put_column(sub, "last_end_ns", &st.line_last) < 0) goto fail;)
+        PUT_DICT("lines", if (put_column(sub, "plane_row", &st->line_plane) < 0 ||
+                              put_column(sub, "line_id", &st->line_id) < 0 ||
+                              put_column(sub, "timestamp_ns", &st->line_ts) < 0 ||
+                              put_column(sub, "duration_ps", &st->line_dur) < 0 ||
+                              put_column(sub, "display_id", &st->line_display_id) < 0 ||
+                              put_column(sub, "event_count", &st->line_count) < 0 ||
+                              put_column(sub, "timed_events", &st->line_events) < 0 ||
+                              put_column(sub, "first_start_ns", &st->line_first) < 0 ||
+                              put_column(sub, "last_end_ns", &st->line_last) < 0) goto fail;)
     }
     {
-        PUT_DICT("events", if (put_column(sub, "line_row", &st.ev_line) < 0 ||
-                               put_column(sub, "name", &st.ev_name) < 0 ||
-                               put_column(sub, "start_ns", &st.ev_start) < 0 ||
-                               put_column(sub, "duration_ns", &st.ev_dur) < 0) goto fail;)
+        PUT_DICT("events", if (put_column(sub, "line_row", &st->ev_line) < 0 ||
+                               put_column(sub, "name", &st->ev_name) < 0 ||
+                               put_column(sub, "start_ns", &st->ev_start) < 0 ||
+                               put_column(sub, "duration_ns", &st->ev_dur) < 0) goto fail;)
     }
     {
-        PUT_DICT("aggregated", if (put_column(sub, "line_row", &st.ag_line) < 0 ||
-                                   put_column(sub, "name", &st.ag_name) < 0 ||
-                                   put_column(sub, "occurrences", &st.ag_count) < 0 ||
-                                   put_column(sub, "duration_ps", &st.ag_dur) < 0) goto fail;)
+        PUT_DICT("aggregated", if (put_column(sub, "line_row", &st->ag_line) < 0 ||
+                                   put_column(sub, "name", &st->ag_name) < 0 ||
+                                   put_column(sub, "occurrences", &st->ag_count) < 0 ||
+                                   put_column(sub, "duration_ps", &st->ag_dur) < 0) goto fail;)
     }
     {
-        PUT_DICT("metadata", if (put_column(sub, "plane_row", &st.md_plane) < 0 ||
-                                 put_column(sub, "metadata_id", &st.md_id) < 0 ||
-                                 put_column(sub, "name", &st.md_name) < 0) goto fail;)
+        PUT_DICT("metadata", if (put_column(sub, "plane_row", &st->md_plane) < 0 ||
+                                 put_column(sub, "metadata_id", &st->md_id) < 0 ||
+                                 put_column(sub, "name", &st->md_name) < 0) goto fail;)
     }
 #undef PUT_DICT
-    if (put_sink(result, "event_stats", &st.ev_stats) < 0 ||
-        put_sink(result, "aggregated_stats", &st.ag_stats) < 0 ||
-        put_sink(result, "plane_stats", &st.plane_stats) < 0 ||
-        put_sink(result, "metadata_stats", &st.md_stats) < 0)
+    if (put_sink(result, "event_stats", &st->ev_stats) < 0 ||
+        put_sink(result, "aggregated_stats", &st->ag_stats) < 0 ||
+        put_sink(result, "plane_stats", &st->plane_stats) < 0 ||
+        put_sink(result, "metadata_stats", &st->md_stats) < 0)
         goto fail;
-    vec_free(&planes);
-    vec_free(&hostnames);
-    vec_free(&errors);
-    vec_free(&warnings);
-    state_free(&st);
+    state_free(st);
+    free(st);
     return result;
 
 fail:
-    if (released) PyEval_RestoreThread(released);
     raise_pending();
     Py_XDECREF(result);
-    vec_free(&planes);
-    vec_free(&hostnames);
-    vec_free(&errors);
-    vec_free(&warnings);
-    state_free(&st);
+    state_free(st);
+    free(st);
     return NULL;
 }
 
@@ -1434,7 +1554,7 @@ static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     if (release_every > view.len) release_every = view.len; /* no pointer overflow */
     PyObject *result = decode_space((const uint8_t *)view.buf, (size_t)view.len, progress,
-                                    (size_t)release_every, release_gil, between_passes);
+                                    (size_t)release_every, release_gil, between_passes, mapped);
     PyBuffer_Release(&view);
     return result;
 }

@@ -50,4 +50,5 @@ def decode(
     ``release_gil``, other threads run Python while it decodes (``data`` read-only, no
     ``progress``: it cannot be interrupted then). ``between_passes()`` is called between
     the index and the fill pass (tests change ``data`` there). Raises ``ValueError`` on
-    malformed input and on input that changed between the two passes."""
+    malformed input, on input that changed between the two passes, and when the file of a
+    read-only ``mmap.mmap`` shrinks while it is decoded (SIGBUS, caught)."""
