@@ -171,7 +171,10 @@ def _decode_local(
                     f"{name}: the file is empty (0 bytes). The profiler did not finish "
                     "writing it; capture the run again."
                 )
-            gzipped = fh.read(2) == _GZIP_MAGIC
+            # The hint of an error is made from these bytes, not from a mapping that may have
+            # shrunk by then (a read past its file's end is a SIGBUS).
+            head = fh.read(64)
+            gzipped = head[:2] == _GZIP_MAGIC
             fh.seek(0)
             if decoder == "c" and not gzipped:
                 # Mapped, not read: decoded columns never point into the file, so the
@@ -181,14 +184,14 @@ def _decode_local(
                 # place, a count that differs between its passes, or the stamps below.
                 try:
                     with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                        raw = _checked(name, mapped, decoder, progress, True, release_gil)
+                        raw = _checked(name, mapped, head, decoder, progress, True, release_gil)
                 finally:  # a change explains a failure too: say so rather than "malformed"
                     _unchanged(fh, before, name)
                 return raw
             data = _read_whole(fh, before, name)
             if gzipped:
                 data = _inflate(data, name)
-            return _checked(name, data, decoder, progress, False, release_gil)
+            return _checked(name, data, data[:64], decoder, progress, False, release_gil)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceDecodeError(
             f"{name}: the gzip stream is truncated or corrupt ({exc}). Capture the run "
@@ -240,6 +243,7 @@ def _read_whole(fh: BinaryIO, before: os.stat_result, name: str) -> bytes:
 def _checked(
     name: str,
     data: Any,
+    head: bytes,
     decoder: Literal["c", "python"],
     progress: Progress | None,
     release: bool,
@@ -251,6 +255,6 @@ def _checked(
         if str(exc) == CHANGED:
             raise TraceDecodeError(f"{name}: {CHANGED}.") from None
         raise TraceDecodeError(
-            f"{name}: not a readable XPlane trace ({exc}).{_hint(bytes(data[:64]))} If "
+            f"{name}: not a readable XPlane trace ({exc}).{_hint(head)} If "
             "the run was interrupted while writing, capture it again."
         ) from None
