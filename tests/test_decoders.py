@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import xspace as X
 from traces import all_traces
 
+import traceinspect
 from traceinspect.xplane import pydecode
 from traceinspect.xplane.raw import typed
 from traceinspect.xplane.reader import compiled_available
@@ -189,7 +191,7 @@ def test_decoders_agree_on_built_edge_cases() -> None:
     assert c["events"]["duration_ns"].tolist()[:3] == [2, 1, 1]
     # uint64 keeps its bits; ref stats resolve to the referenced name.
     names = c["event_names"]
-    assert "hashed é \udcff invalid utf8" in names
+    assert "hashed é \\xff invalid utf8" in names  # names: \\xNN for bytes not UTF-8
     assert "" in names  # the event with an unknown metadata id
     assert "some-target" in c["str_values"]
     assert -1 in c["event_stats"]["int_value"].tolist()
@@ -314,3 +316,128 @@ def test_release_gil_refuses_a_progress_callback_and_writable_data() -> None:
         _wire.decode(data, print, release_gil=True)
     with pytest.raises(ValueError, match="read-only"):
         _wire.decode(bytearray(data), release_gil=True)
+
+
+# --- inputs the two decoders once read differently (issue 34) ---------------------------
+
+
+def _ld(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+def _one_event(timestamp_ns: int, offset_ps: int, duration_ps: int) -> bytes:
+    xs = X.space()
+    X.add_plane(xs, "/host:CPU").line("t", timestamp_ns, [X.Ev("a", offset_ps, duration_ps)])
+    return bytes(xs.SerializeToString())
+
+
+def _both(data: bytes) -> tuple[Any, Any]:
+    """Each decoder's columns, or the ValueError it raised."""
+    from traceinspect.xplane import _wire
+
+    out: list[Any] = []
+    for decode in (_wire.decode, pydecode.decode):
+        try:
+            out.append(typed(decode(data)))
+        except ValueError as exc:
+            out.append(exc)
+    return out[0], out[1]
+
+
+def test_offset_plus_duration_past_int64_picoseconds_is_exact() -> None:
+    # 9.0e18 + 9.0e18 ps overflows int64; the end, 1.8e16 ns, does not (C gave -9.2e9 ms).
+    c, p = _both(_one_event(1_000, 9 * 10**18, 9 * 10**18 + 999))
+    assert_same(c, p)
+    assert c["events"]["start_ns"].tolist() == [1_000 + 9 * 10**15]
+    assert c["events"]["duration_ns"].tolist() == [9 * 10**15]
+    assert c["lines"]["last_end_ns"].tolist() == [1_000 + 18 * 10**15]
+
+
+@pytest.mark.parametrize(
+    ("timestamp_ns", "offset_ps", "duration_ps"),
+    [
+        (2**63 - 1_000, 2 * 10**6, 0),  # the start past int64 (C wrapped to 1970)
+        (2**63 - 10**6, 0, 2 * 10**9),  # the end past it
+        (-(2**63) + 1_000, -(2 * 10**6), 0),  # the start before it
+    ],
+    ids=["start", "end", "negative-start"],
+)
+def test_times_past_int64_nanoseconds_are_refused_by_both(
+    timestamp_ns: int, offset_ps: int, duration_ps: int
+) -> None:
+    c, p = _both(_one_event(timestamp_ns, offset_ps, duration_ps))
+    assert isinstance(c, ValueError) and isinstance(p, ValueError)
+    assert str(c) == str(p) == pydecode.OUT_OF_RANGE
+
+
+def _groups(n: int, field: int = 15) -> bytes:
+    return bytes([field << 3 | 3]) * n + bytes([field << 3 | 4]) * n
+
+
+# Where unknown groups sit: each wraps them in the messages above (plane, line, event...).
+_NESTING: dict[str, Callable[[bytes], bytes]] = {
+    "space": lambda g: g,
+    "plane": lambda g: _ld(0x0A, g),
+    "line": lambda g: _ld(0x0A, _ld(0x1A, g)),
+    "event": lambda g: _ld(0x0A, _ld(0x1A, _ld(0x22, g))),
+    "event-stat": lambda g: _ld(0x0A, _ld(0x1A, _ld(0x22, _ld(0x22, g)))),
+    "plane-stat": lambda g: _ld(0x0A, _ld(0x32, g)),
+    "metadata-entry": lambda g: _ld(0x0A, _ld(0x22, g)),
+    "metadata": lambda g: _ld(0x0A, _ld(0x22, b"\x08\x01" + _ld(0x12, g))),
+    "metadata-stat": lambda g: _ld(0x0A, _ld(0x22, b"\x08\x01" + _ld(0x12, _ld(0x2A, g)))),
+    "stat-metadata": lambda g: _ld(0x0A, _ld(0x2A, b"\x08\x01" + _ld(0x12, g))),
+}
+# The message depth of each place (the XSpace is 0): protobuf's limit of 100 counts it.
+_DEPTH = {"space": 0, "plane": 1, "line": 2, "event": 3, "event-stat": 4, "plane-stat": 2}
+_DEPTH |= {"metadata-entry": 2, "metadata": 3, "metadata-stat": 4, "stat-metadata": 3}
+
+
+@pytest.mark.parametrize("where", list(_NESTING))
+def test_deeply_nested_unknown_groups_read_alike(where: str) -> None:
+    deepest = 100 - _DEPTH[where]  # groups that still fit (C refused past 64 anywhere)
+    for n in (65, 66, deepest - 1, deepest, deepest + 1, deepest + 40):
+        c, p = _both(_NESTING[where](_groups(n)))
+        if n <= deepest:
+            assert_same(c, p, f"{where} {n}")
+        else:
+            assert isinstance(c, ValueError) and isinstance(p, ValueError), f"{where} {n}"
+            assert "malformed" in str(c) and "malformed" in str(p)
+
+
+@pytest.mark.parametrize("first", [b"\x12\x05ab", b"\x2a\x03\x08", b"\x0b"])
+def test_map_value_given_twice_with_the_first_corrupt_is_refused_by_both(first: bytes) -> None:
+    # An event metadata entry: key 1, a corrupt value, then a good one (C kept the last).
+    entry = b"\x08\x01" + _ld(0x12, first) + _ld(0x12, b"\x12\x01a")
+    plane = _ld(0x22, entry) + _ld(0x1A, _ld(0x22, b"\x08\x01"))
+    c, p = _both(_ld(0x0A, plane))
+    assert isinstance(c, ValueError) and isinstance(p, ValueError)
+    assert "malformed" in str(c) and "malformed" in str(p)
+
+
+def test_map_value_given_twice_is_merged_by_both() -> None:
+    # Protobuf merges a message field given twice: the name of the first, the display name
+    # of the second, the stats of both (C kept only the second value).
+    first = b"\x12\x01a" + _ld(0x2A, b"\x08\x01\x20\x07")
+    second = b"\x22\x01d" + _ld(0x2A, b"\x08\x01\x20\x08")
+    for repeats in (2, 3):
+        values = [first, second, second][:repeats]
+        entry = b"\x08\x01" + b"".join(_ld(0x12, v) for v in values)
+        plane = _ld(0x22, entry) + _ld(0x1A, _ld(0x22, b"\x08\x01"))
+        c, p = _both(_ld(0x0A, plane))
+        assert_same(c, p)
+        assert c["event_names"] == ["a"] and c["metadata_display_names"] == ["d"]
+        assert c["metadata_stats"]["int_value"].tolist() == [7, 8, 8][:repeats]
+
+
+def test_a_name_spelling_out_bytes_that_are_not_utf8_stays_apart(tmp_path: Path) -> None:
+    # b"a\xff" reads as the text "a\\xff", which another name may hold literally.
+    xs = X.space()
+    plane = X.add_plane(xs, "/host:CPU")
+    plane.line("t", 0, [X.Ev("a\\xff", 0, 10), X.Ev("b", 20, 10)])
+    X.event_metadata(plane.plane, plane.event_id("b")).name = b"a\xff"
+    path = X.write(xs, tmp_path / "t.xplane.pb")
+    names = []
+    for decoder in ("c", "python"):
+        trace = traceinspect.load(path, decoder=decoder, use_cache=False)
+        names.append(trace.events["name"].astype(str).tolist())
+    assert names[0] == names[1] == ["a\\xff", "a\\xff #2"]

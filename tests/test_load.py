@@ -20,6 +20,7 @@ from traceinspect.errors import (
     TraceDecodeError,
     TraceNotFoundError,
 )
+from traceinspect.xplane.reader import compiled_available
 
 SAMPLE = SAMPLES[0]
 
@@ -190,3 +191,51 @@ def test_loading_in_the_background_raises_in_the_callers_thread(tmp_path: Path) 
     loading = load_in_background(bad, use_cache=False)
     with pytest.raises(TraceDecodeError, match=r"bad\.xplane\.pb"):
         loading.result()
+
+
+@pytest.mark.skipif(not compiled_available(), reason="C decoder not built")
+@pytest.mark.parametrize(
+    ("env", "flag", "used"),
+    [
+        ("python", None, "python"),
+        ("c", None, "c"),
+        ("python", "c", "c"),
+        ("python", "auto", "python"),
+    ],
+)
+def test_the_decoder_setting_is_honoured_by_the_cli_too(
+    monkeypatch: pytest.MonkeyPatch, env: str, flag: str | None, used: str
+) -> None:
+    from click.testing import CliRunner
+
+    from traceinspect.cli import main
+
+    monkeypatch.setenv("TRACEINSPECT_DECODER", env)
+    args = ["info", str(SAMPLES[0]), "--no-cache", *(["--decoder", flag] if flag else [])]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"({used} decoder)" in result.stdout
+    # The library the same way: None and "auto" defer to the environment.
+    trace = traceinspect.load(SAMPLES[0], use_cache=False, decoder=flag)  # type: ignore[arg-type]
+    assert trace.load_info.decoder == used
+
+
+def test_a_gzip_bomb_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceinspect.xplane import reader
+
+    monkeypatch.setattr(reader, "INFLATE_FLOOR", 1 << 20)
+    bomb = tmp_path / "bomb.xplane.pb.gz"
+    bomb.write_bytes(gzip.compress(bytes(8 << 20), compresslevel=9))  # 8 MiB of zeros
+    with pytest.raises(TraceDecodeError) as info:
+        traceinspect.load(bomb, use_cache=False)
+    message = str(info.value)
+    assert message.startswith(f"{bomb}: the gzip stream inflates past 1 MiB from 0.0 MiB")
+    assert "\n" not in message
+    # A real trace is far from the ratio: with no floor at all it still reads.
+    monkeypatch.setattr(reader, "INFLATE_FLOOR", 0)
+    real = tmp_path / "real.xplane.pb.gz"
+    real.write_bytes(gzip.compress(SAMPLE.read_bytes(), compresslevel=9))
+    assert (
+        traceinspect.load(real, use_cache=False).event_count
+        == traceinspect.load(SAMPLE, use_cache=False).event_count
+    )

@@ -141,7 +141,9 @@ def test_a_new_sidecar_is_analysed_again(run: Path, loads: list[str]) -> None:
     assert without != with_sidecar
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not-npz", "other-identity"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "not-npz", "other-identity", "list-record", "null-record", "flipped"]
+)
 def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> None:
     first = _analyze(str(run), "--json")
     _forget_answers()
@@ -150,6 +152,18 @@ def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> 
         entry.write_bytes(entry.read_bytes()[:200])
     elif damage == "not-npz":
         entry.write_text("{}")
+    elif damage in ("list-record", "null-record"):
+        with np.load(entry, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        shape = b"[]" if damage == "list-record" else b"null"
+        arrays["__record__"] = np.frombuffer(shape, dtype=np.uint8)
+        with entry.open("wb") as fh:
+            np.savez(fh, **arrays)
+    elif damage == "flipped":
+        # One byte of the stored arrays changed: the zip member's CRC-32 no longer matches.
+        data = bytearray(entry.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        entry.write_bytes(bytes(data))
     else:
         # An entry whose record names another file (a digest collision, a moved cache).
         with np.load(entry, allow_pickle=False) as npz:
@@ -169,18 +183,23 @@ def _forget_answers() -> None:
         answer.unlink()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "other-identity", "other-path"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "other-identity", "other-path", "list", "null", "other-text"]
+)
 def test_a_damaged_answer_is_a_miss(run: Path, loads: list[str], damage: str) -> None:
     first = _analyze(str(run), "--json")
     (answer,) = cache_dir().glob("*.answer.json")
     if damage == "truncated":
         answer.write_bytes(answer.read_bytes()[:100])
+    elif damage in ("list", "null"):
+        answer.write_text("[]" if damage == "list" else "null", encoding="utf-8")
     else:
         stored = json.loads(answer.read_text(encoding="utf-8"))
         if damage == "other-identity":
             stored["ident"]["traces"][0][0] = "/elsewhere/vm.xplane.pb"
-        else:
+        elif damage == "other-path":
             stored["ident"]["requested"] = "elsewhere"
+        # other-text: the same identity, the text changed but not its digest
         stored["text"] = "not this"
         answer.write_text(json.dumps(stored), encoding="utf-8")
     assert _analyze(str(run), "--json") == first
@@ -245,3 +264,50 @@ def test_the_html_of_a_stored_result_is_the_same(run: Path, loads: list[str]) ->
     _analyze(str(run), "--html", str(second), "-q")
     assert len(loads) == 2  # the analysis once, the trace again for the page
     assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+
+
+def _same_size_traces(tmp_path: Path) -> tuple[Path, Path]:
+    """Two sync-bound traces of the same size and mtime that analyse differently (their
+    input wait differs), the smaller padded with a longer host name."""
+    import xspace as X
+
+    def build(input_ms: float, pad: int) -> bytes:
+        xs = X.sync_loop(input_ms)
+        xs.hostnames.append(b"h" * pad)
+        return bytes(xs.SerializeToString())
+
+    a, b = build(2.0, 0), build(6.0, 0)
+    pad = 0
+    while len(a) != len(b):
+        pad += 1
+        a, b = (build(2.0, pad), b) if len(a) < len(b) else (a, build(6.0, pad))
+    paths = []
+    for name, data in (("a", a), ("b", b)):
+        path = tmp_path / name / "vm.xplane.pb"
+        path.parent.mkdir()
+        path.write_bytes(data)
+        os.utime(path, ns=(1_700_000_000 * 10**9, 1_700_000_000 * 10**9))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@pytest.mark.parametrize("how", ["cp -p", "rename"])
+def test_another_trace_of_the_same_size_and_mtime_is_analysed_again(
+    tmp_path: Path, loads: list[str], how: str
+) -> None:
+    a, b = _same_size_traces(tmp_path)
+    other = _analyze(str(b), "--json", "--no-cache")
+    first = _analyze(str(a), "--json")
+    assert first != other
+    _analyze(str(a))  # the text report kept too
+    if how == "cp -p":  # in place: same inode, the ctime changes
+        subprocess.run(["cp", "-p", str(b), str(a)], check=True)
+    else:  # rsync -t: a new file renamed over the old one, mtime kept
+        tmp = a.with_name(".vm.tmp")
+        shutil.copy2(b, tmp)
+        tmp.replace(a)
+    assert a.stat().st_size == b.stat().st_size
+    assert a.stat().st_mtime_ns == b.stat().st_mtime_ns
+    again = _analyze(str(a), "--json")
+    assert {**json.loads(again), "path": None} == {**json.loads(other), "path": None}
+    assert _analyze(str(a)) == _analyze(str(a), "--no-cache")

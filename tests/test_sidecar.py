@@ -220,3 +220,64 @@ def test_ran_maxtext_from_the_record_or_else_the_command() -> None:
         assert record is not None and record.ran_maxtext is expected, command
     recorded = SC.parse({**family.data, "maxtext": True})
     assert recorded is not None and recorded.ran_maxtext is True
+
+
+# --- numbers no capture writes: NaN, Infinity, negative, another type (issue 34) ----------
+
+SAMPLE = Path(__file__).resolve().parents[1] / "traceinspect" / "_samples" / "sync_bound"
+_BAD_VALUES: dict[str, object] = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+_BAD_VALUES |= {"neg": -3, "str": "8", "list": [8], "bool": True}
+
+
+@pytest.mark.parametrize("bad", list(_BAD_VALUES))
+@pytest.mark.parametrize(
+    "where", ["steps.step_num", "steps.wall_ms", "grain.read_prefetch_buffer_size"]
+)
+def test_unusable_numbers_are_left_out_and_named(where: str, bad: str) -> None:
+    data = json.loads((SAMPLE / SC.FILE_NAME).read_text(encoding="utf-8"))
+    group, key = where.split(".")
+    target = data[group][0] if group == "steps" else data[group]
+    target[key] = _BAD_VALUES[bad]
+    # json writes NaN and Infinity, and reads them back as Python floats.
+    record = SC.parse(json.loads(json.dumps(data)))
+    assert record is not None and record.grain is not None
+    got = {
+        "step_num": record.steps[0].step_num,
+        "wall_ms": record.steps[0].wall_ms,
+        "read_prefetch_buffer_size": record.grain.read_prefetch_buffer_size,
+    }[key]
+    if key == "step_num" and bad == "neg":  # jax lets a step number be negative
+        assert got == -3 and record.ignored == ()
+        return
+    assert got is None
+    assert record.ignored == (key,)
+    assert record.ignored_note is not None and key in record.ignored_note
+
+
+def test_a_negative_step_number_is_kept() -> None:
+    record = SC.parse({"steps": [{"index": 0, "step_num": -1}]})
+    assert record is not None and record.steps[0].step_num == -1 and record.ignored == ()
+
+
+@pytest.mark.parametrize("command", ["analyze", "info"])
+def test_commands_read_a_sidecar_with_nan_and_infinity(tmp_path: Path, command: str) -> None:
+    from click.testing import CliRunner
+
+    from traceinspect.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vm.xplane.pb").write_bytes((SAMPLE / "vm.xplane.pb").read_bytes())
+    data = json.loads((SAMPLE / SC.FILE_NAME).read_text(encoding="utf-8"))
+    for step in data["steps"]:
+        step["wall_ms"] = float("nan")
+        step["step_num"] = float("inf")
+    data["grain"]["read_prefetch_buffer_size"] = float("-inf")
+    data["window"]["first_step"] = -2
+    (run / SC.FILE_NAME).write_text(json.dumps(data), encoding="utf-8")
+    result = CliRunner().invoke(main, [command, str(run), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert result.exception is None
+    if command == "analyze":
+        note = [line for line in result.stdout.splitlines() if "capture sidecar" in line]
+        assert note and all(k in note[0] for k in ("wall_ms", "step_num", "first_step"))

@@ -7,15 +7,19 @@ text each way of printing it gave (``--json``, ``--json --all-gaps``, the report
 ``--top``), so printing it again needs neither numpy nor pandas: a cached answer costs the
 interpreter, Click and a few ``stat`` calls.
 
-Both are keyed by :func:`result_key`: the trace files' absolute paths, sizes and mtimes, the
-same for the capture sidecars the trace would be read with, the traceinspect version, and
-the size and mtime of traceinspect's own source files (an edited checkout never reads an
-answer its old code made). Only local files are kept. An answer also names the path as
-the user gave it (the report prints it) and how it was printed. Standard library only.
+Both are keyed by :func:`result_key`: the trace files' absolute paths and identities
+(:func:`~traceinspect.xplane.cache.local_identity`: size, mtime, ctime, inode and a digest
+of the first and last 64 KiB, so that another trace copied over the path with the same size
+and mtime misses), the same for the capture sidecars the trace would be read with, the
+traceinspect version, and the size and mtime of traceinspect's own source files (an edited
+checkout never reads an answer its old code made). Only local files are kept. An answer
+also names the path as the user gave it (the report prints it) and how it was printed.
+Standard library only.
 
 An answer is one small JSON file, ``<key>.<variant>.answer.json``, in the frame cache's
-directory, written under a temporary name and renamed; anything unreadable or of another
-identity is a miss. The most recently used ``MAX_ANSWERS`` are kept.
+directory, written under a temporary name and renamed, with a digest of its text; anything
+unreadable, of another shape or identity, or failing its digest is a miss. The most
+recently used ``MAX_ANSWERS`` are kept.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 from traceinspect._version import __version__
 from traceinspect.sidecar import file_name
-from traceinspect.xplane.cache import cache_dir
+from traceinspect.xplane.cache import cache_dir, local_identity
 from traceinspect.xplane.locate import Located
 
 log = logging.getLogger(__name__)
@@ -59,12 +63,11 @@ def _code_identity() -> str:
     return hashlib.sha256(json.dumps(found).encode()).hexdigest()[:16]
 
 
-def _size_and_mtime(path: Path) -> list[int] | None:
+def _identity(path: Path) -> dict[str, Any] | None:
     try:
-        st = path.stat()
+        return local_identity(path)
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns]
 
 
 def result_key(located: Located) -> tuple[str, dict[str, Any]] | None:
@@ -78,13 +81,13 @@ def result_key(located: Located) -> tuple[str, dict[str, Any]] | None:
     traces = []
     for f in files:
         assert isinstance(f.path, Path)
-        stat = _size_and_mtime(f.path)
-        if stat is None:
+        identity = _identity(f.path)
+        if identity is None:
             return None
-        traces.append([str(f.path.resolve()), f.host, *stat])
+        traces.append([str(f.path.resolve()), f.host, identity])
     ident: dict[str, Any] = {
         "traces": traces,
-        "sidecars": [[str(p.resolve()), _size_and_mtime(p)] for p in sidecars],
+        "sidecars": [[str(p.resolve()), _identity(p)] for p in sidecars],
         "version": __version__,
         "code": _code_identity(),
     }
@@ -123,7 +126,10 @@ def read(located: Located, printed: str) -> str | None:
             return None
         entry, ident = found
         stored = json.loads(entry.read_text(encoding="utf-8"))
-        if stored.get("ident") != ident or not isinstance(stored.get("text"), str):
+        if not isinstance(stored, dict) or stored.get("ident") != ident:
+            return None
+        text = stored.get("text")
+        if not isinstance(text, str) or stored.get("sha256") != _digest(text):
             return None
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used answers survive pruning
@@ -132,9 +138,13 @@ def read(located: Located, printed: str) -> str | None:
             "(%s); --no-cache analyses it again",
             entry,
         )
-        return str(stored["text"])
+        return text
     except (OSError, ValueError, TypeError):
         return None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def write(located: Located, printed: str, text: str) -> None:
@@ -149,7 +159,7 @@ def write(located: Located, printed: str, text: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}.", dir=entry.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"ident": ident, "text": text}, fh)
+                json.dump({"ident": ident, "text": text, "sha256": _digest(text)}, fh)
             Path(tmp).replace(entry)
         finally:
             with contextlib.suppress(OSError):

@@ -47,8 +47,9 @@ def load(located: Located) -> Analysis | None:
         entry = analysis_entry(digest)
         with np.load(entry, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
+        # The .npz is a zip: a damaged member fails its CRC-32 as it is read (a miss below).
         record = json.loads(arrays.pop(_RECORD).tobytes().decode())
-        if record.get("ident") != ident:
+        if not isinstance(record, dict) or record.get("ident") != ident:
             return None
         analysis = analysis_from_record(record, arrays)
         with contextlib.suppress(OSError):

@@ -69,6 +69,7 @@ METADATA_ID: Final = "metadata_id"
 #   float_value: double values (NaN otherwise)
 #   str_value:   str, bytes and ref values as text; bytes are decoded with
 #                surrogateescape, so ``s.encode("utf-8", "surrogateescape")`` gives them back
+#                (``Trace.with_stats`` shows them as names are: bytes not UTF-8 as \xNN)
 STAT_KINDS: Final[tuple[str, ...]] = ("none", "double", "uint64", "int64", "str", "bytes", "ref")
 INTEGER_KINDS: Final = frozenset({"uint64", "int64"})
 STRING_KINDS: Final = frozenset({"str", "bytes", "ref"})

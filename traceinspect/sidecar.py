@@ -89,7 +89,8 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypedDict, cast, get_args
 
 SCHEMA_VERSION = 1
@@ -486,6 +487,19 @@ class Sidecar:
     global_arrays: tuple[GlobalArray, ...] = ()
     #: The training thread's sampled Python stack while tracing (None: not sampled).
     stack_samples: StackSamples | None = None
+    #: Fields left out because their value was unusable (NaN, Infinity, negative, wrong type).
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def ignored_note(self) -> str | None:
+        """One line naming the fields left out, for the analysis's notes."""
+        if not self.ignored:
+            return None
+        return (
+            f"the capture sidecar ({file_name()}) has fields whose value is not a finite "
+            f"number >= 0 or is of another type, left out: {', '.join(self.ignored[:8])}"
+            f"{' ...' if len(self.ignored) > 8 else ''}. Capture again for them."
+        )
 
     def traced_step_walls_ms(self) -> list[float]:
         """Host wall times of the traced steps (those with a next step), in order."""
@@ -567,9 +581,21 @@ def untested_note(versions: Mapping[str, object]) -> str | None:
 
 
 def parse(data: Mapping[str, Any]) -> Sidecar | None:
-    """Read a sidecar's JSON object; None when it is of a newer schema than this reader."""
+    """Read a sidecar's JSON object; None when it is of a newer schema than this reader.
+    A number that is NaN, infinite, negative or of another type is left out (the analysis
+    goes on without it) and its field named in :attr:`Sidecar.ignored`."""
+    token = _IGNORED.set([])
+    try:
+        sidecar = _parse(data)
+        ignored = tuple(_IGNORED.get() or ())
+    finally:
+        _IGNORED.reset(token)
+    return replace(sidecar, ignored=ignored) if sidecar is not None and ignored else sidecar
+
+
+def _parse(data: Mapping[str, Any]) -> Sidecar | None:
     raw = cast(SidecarJSON, data)
-    version = _read_int(raw.get("schema_version"))
+    version = _get_int(raw, "schema_version")
     if version is None:
         version = 1
     if version > SCHEMA_VERSION:
@@ -591,9 +617,9 @@ def parse(data: Mapping[str, Any]) -> Sidecar | None:
         ),
         device_tracer_level_applied=_read_bool(profiler.get("device_tracer_level_applied")),
         data=raw,
-        process_index=_read_int(raw.get("process_index")),
-        process_count=_read_int(raw.get("process_count")),
-        local_devices=_local_devices(raw.get("backend"), _read_int(raw.get("process_index"))),
+        process_index=_get_int(raw, "process_index"),
+        process_count=_get_int(raw, "process_count"),
+        local_devices=_local_devices(raw.get("backend"), _get_int(raw, "process_index")),
         global_arrays=tuple(
             a for a in map(_read_global_array, _read_list(raw.get("global_arrays"))) if a
         ),
@@ -631,7 +657,9 @@ def _read_global_array(value: object) -> GlobalArray | None:
         return None
     a = cast(GlobalArrayJSON, value)
     api = _read_str(a.get("api"))
-    numbers = [_read_int(a.get(k)) for k in ("local_rows", "global_rows", "host_rows", "processes")]
+    numbers = [
+        _read_int(a.get(k), k) for k in ("local_rows", "global_rows", "host_rows", "processes")
+    ]
     local, rows, host, processes = numbers
     if api is None or local is None or rows is None or host is None or processes is None:
         return None
@@ -645,7 +673,7 @@ def _local_devices(backend: object, process_index: int | None) -> int | None:
     if not devices:
         return None
     mine = process_index or 0
-    return sum(1 for d in devices if (_read_int(d.get("process_index")) or 0) == mine)
+    return sum(1 for d in devices if (_get_int(d, "process_index") or 0) == mine)
 
 
 def _read_window(value: object) -> Window | None:
@@ -656,13 +684,13 @@ def _read_window(value: object) -> Window | None:
     return Window(
         rule=rule if rule in WINDOW_RULES else None,
         reason=_read_str(w.get("reason")),
-        first_step=_read_int(w.get("first_step")),
-        last_step=_read_int(w.get("last_step")),
+        first_step=_get_int(w, "first_step"),
+        last_step=_get_int(w, "last_step"),
         complete=w.get("complete") is True,
-        requested_steps=_read_int(w.get("requested_steps")),
-        skip_steps=_read_int(w.get("skip_steps")),
-        trace_start_unix_ns=_read_int(w.get("trace_start_unix_ns")),
-        trace_stop_unix_ns=_read_int(w.get("trace_stop_unix_ns")),
+        requested_steps=_get_int(w, "requested_steps"),
+        skip_steps=_get_int(w, "skip_steps"),
+        trace_start_unix_ns=_get_int(w, "trace_start_unix_ns"),
+        trace_stop_unix_ns=_get_int(w, "trace_stop_unix_ns"),
     )
 
 
@@ -670,16 +698,16 @@ def _read_step(value: object) -> HostStep | None:
     if not isinstance(value, Mapping):
         return None
     s = cast(StepJSON, value)
-    index = _read_int(s.get("index"))
+    index = _get_int(s, "index")
     if index is None:
         return None
     return HostStep(
         index=index,
-        step_num=_read_int(s.get("step_num")),
-        start_unix_ns=_read_int(s.get("start_unix_ns")),
-        wall_ms=_read_float(s.get("wall_ms")),
+        step_num=_get_int(s, "step_num", signed=True),
+        start_unix_ns=_get_int(s, "start_unix_ns"),
+        wall_ms=_get_float(s, "wall_ms"),
         traced=s.get("traced") is True,
-        done_unix_ns=_read_int(s.get("done_unix_ns")),
+        done_unix_ns=_get_int(s, "done_unix_ns"),
     )
 
 
@@ -752,19 +780,19 @@ def _read_grain(value: object) -> GrainSettings | None:
         return None
     g = cast(GrainJSON, value)
     return GrainSettings(
-        worker_count=_read_int(g.get("worker_count")),
-        per_worker_buffer_size=_read_int(g.get("per_worker_buffer_size")),
-        read_threads=_read_int(g.get("read_threads")),
-        read_prefetch_buffer_size=_read_int(g.get("read_prefetch_buffer_size")),
-        batch_size=_read_int(g.get("batch_size")),
-        bytes_per_batch=_read_int(g.get("bytes_per_batch")),
-        workers_override=_read_int(g.get("workers_override")),
+        worker_count=_get_int(g, "worker_count"),
+        per_worker_buffer_size=_get_int(g, "per_worker_buffer_size"),
+        read_threads=_get_int(g, "read_threads"),
+        read_prefetch_buffer_size=_get_int(g, "read_prefetch_buffer_size"),
+        batch_size=_get_int(g, "batch_size"),
+        bytes_per_batch=_get_int(g, "bytes_per_batch"),
+        workers_override=_get_int(g, "workers_override"),
         measured=_read_measured(g.get("workers_measured")),
         stages=_read_stages(g.get("stages")),
         first_batches=tuple(b for b in _read_list(g.get("first_batches")) if isinstance(b, str)),
-        batch_rows=_read_int(g.get("batch_rows")),
-        files=_read_int(g.get("files")),
-        file_shards=_read_int(g.get("file_shards")),
+        batch_rows=_get_int(g, "batch_rows"),
+        files=_get_int(g, "files"),
+        file_shards=_get_int(g, "file_shards"),
     )
 
 
@@ -777,18 +805,18 @@ def _read_stages(value: object) -> StagesMeasured | None:
         out: dict[str, dict[str, Any]] = {}
         for place, row in _read_mapping(raw).items():
             values = {
-                str(stage): number(v)
+                str(stage): number(n)
                 for stage, v in _read_mapping(row).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
+                if (n := _number(v, f"{place}.{stage}", signed=False)) is not None
             }
             if isinstance(place, str) and values:
                 out[place] = values
         return out
 
     return StagesMeasured(
-        window_s=_read_float(s.get("window_s")),
-        batches=_read_int(s.get("batches")) or 0,
-        worker_elements=_read_int(s.get("worker_elements")),
+        window_s=_get_float(s, "window_s"),
+        batches=_get_int(s, "batches") or 0,
+        worker_elements=_get_int(s, "worker_elements"),
         seconds=table(s.get("seconds"), float),
         calls=table(s.get("calls"), int),
     )
@@ -800,10 +828,10 @@ def _read_measured(value: object) -> WorkersMeasured | None:
     m = cast(WorkersMeasuredJSON, value)
     workers = tuple(w for w in map(_read_worker, _read_list(m.get("workers"))) if w is not None)
     return WorkersMeasured(
-        window_s=_read_float(m.get("window_s")),
-        batches=_read_int(m.get("batches")) or 0,
-        elements=_read_int(m.get("elements")) or 0,
-        main_process_cpu_s=_read_float(m.get("main_process_cpu_s")),
+        window_s=_get_float(m, "window_s"),
+        batches=_get_int(m, "batches") or 0,
+        elements=_get_int(m, "elements") or 0,
+        main_process_cpu_s=_get_float(m, "main_process_cpu_s"),
         workers=workers,
     )
 
@@ -813,26 +841,26 @@ def _read_worker(value: object) -> WorkerCounters | None:
         return None
     w = cast(WorkerJSON, value)
     numbers = (
-        _read_float(w.get("wall_s")),
-        _read_int(w.get("elements")),
-        _read_float(w.get("produce_s")),
-        _read_float(w.get("blocked_s")),
-        _read_float(w.get("cpu_s")),
+        _get_float(w, "wall_s"),
+        _get_int(w, "elements"),
+        _get_float(w, "produce_s"),
+        _get_float(w, "blocked_s"),
+        _get_float(w, "cpu_s"),
     )
     wall_s, elements, produce_s, blocked_s, cpu_s = numbers
     if wall_s is None or elements is None or produce_s is None or cpu_s is None:
         return None
     return WorkerCounters(
-        index=_read_int(w.get("index")),
-        pid=_read_int(w.get("pid")),
+        index=_get_int(w, "index"),
+        pid=_get_int(w, "pid"),
         wall_s=wall_s,
         elements=elements,
         produce_s=produce_s,
         blocked_s=blocked_s or 0.0,
         cpu_s=cpu_s,
-        rss_bytes=_read_int(w.get("rss_bytes")),
+        rss_bytes=_get_int(w, "rss_bytes"),
         timed_elements=w.get("timed_elements") is True,
-        cpu_wait_s=_read_float(w.get("cpu_wait_s")),
+        cpu_wait_s=_get_float(w, "cpu_wait_s"),
     )
 
 
@@ -842,25 +870,56 @@ def _read_host(value: object) -> HostFacts | None:
     h = cast(HostJSON, value)
     return HostFacts(
         hostname=_read_str(h.get("hostname")),
-        cpu_count=_read_int(h.get("cpu_count")),
-        cpus_available=_read_int(h.get("cpus_available")),
-        memory_total_bytes=_read_int(h.get("memory_total_bytes")),
-        memory_available_bytes=_read_int(h.get("memory_available_bytes")),
-        memory_limit_bytes=_read_int(h.get("memory_limit_bytes")),
+        cpu_count=_get_int(h, "cpu_count"),
+        cpus_available=_get_int(h, "cpus_available"),
+        memory_total_bytes=_get_int(h, "memory_total_bytes"),
+        memory_available_bytes=_get_int(h, "memory_available_bytes"),
+        memory_limit_bytes=_get_int(h, "memory_limit_bytes"),
         memory_limit_source=_read_str(h.get("memory_limit_source")),
     )
 
 
-def _read_int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value)
+#: The fields parse() ignored (NaN, Infinity, negative, another type), by name, while it
+#: runs (a context variable: a trace may be read on another thread).
+_IGNORED: ContextVar[list[str] | None] = ContextVar("_IGNORED", default=None)
 
 
-def _read_float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _number(value: object, key: str, signed: bool) -> float | None:
+    """``value`` when it is a finite number (>= 0 unless ``signed``), else None, and an
+    absent value aside, ``key`` noted as ignored. Every number the sidecar holds is a count,
+    a size, an index or a time: JSON's NaN and Infinity (which Python writes and reads) or
+    a negative one would only end in a ValueError later, or a wrong figure."""
+    if value is None:
         return None
-    return float(value)
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (signed or value >= 0)
+    ):
+        return value
+    ignored = _IGNORED.get()
+    if ignored is not None and key not in ignored:
+        ignored.append(key)
+    return None
+
+
+def _read_int(value: object, key: str = "", *, signed: bool = False) -> int | None:
+    number = _number(value, key, signed)
+    return None if number is None else int(number)
+
+
+def _read_float(value: object, key: str = "", *, signed: bool = False) -> float | None:
+    number = _number(value, key, signed)
+    return None if number is None else float(number)
+
+
+def _get_int(mapping: Mapping[str, Any], key: str, *, signed: bool = False) -> int | None:
+    return _read_int(mapping.get(key), key, signed=signed)
+
+
+def _get_float(mapping: Mapping[str, Any], key: str) -> float | None:
+    return _read_float(mapping.get(key), key)
 
 
 def _read_str(value: object) -> str | None:

@@ -22,7 +22,7 @@ from traceinspect.xplane import fs
 from traceinspect.xplane.columns import Columns, merge_columns
 from traceinspect.xplane.fs import Location, URLPath
 from traceinspect.xplane.locate import Located, locate
-from traceinspect.xplane.raw import Raw, event_count
+from traceinspect.xplane.raw import Raw, event_count, printable
 from traceinspect.xplane.reader import DecoderName, read_run, resolve_decoder
 
 if TYPE_CHECKING:
@@ -432,9 +432,14 @@ def _stat_column(rows: pd.DataFrame, stat: str, owner: str) -> pd.Series | None:
     elif kinds == {"double"}:
         values = sub[S.FLOAT_VALUE]
     elif kinds <= S.STRING_KINDS:
-        values = sub[S.STR_VALUE].astype(object)
+        # Text (bytes that are not UTF-8 as \xNN), computed once per distinct value.
+        column = sub[S.STR_VALUE]
+        table = np.array([*map(printable, column.cat.categories), None], dtype=object)
+        codes = category_codes(column)
+        values = pd.Series(table[np.where(codes < 0, len(table) - 1, codes)], dtype=object)
     else:
         values = typed_values(sub)
+        values = values.map(lambda v: printable(v) if isinstance(v, str) else v)
     return pd.Series(values.array, index=sub[owner].to_numpy())
 
 

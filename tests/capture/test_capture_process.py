@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,93 @@ def test_sigterm_to_capture_is_passed_on_and_the_trace_kept(tmp_path: Path) -> N
     assert sidecar["trace_files"]
     window = sidecar["window"]
     assert isinstance(window, dict) and window["first_step"] == 2
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_sigkill_of_capture_ends_the_script_too(tmp_path: Path) -> None:
+    """A scheduler's kill or an OOM kill of `traceinspect capture`: the script does not run
+    on orphaned (it got SIGTERM from the kernel, and its handler ended it)."""
+    marker = tmp_path / "in_window"
+    command = [sys.executable, str(TRAIN), "--steps", "20", "--hang-at", "3"]
+    command += ["--marker", str(marker)]
+    proc = parent_process(command, tmp_path / "logs", start_new_session=True)
+    _wait_for(marker, proc)
+    (script,) = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while _alive(script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(script), "the script ran on after its capture process was killed"
+
+
+def test_os_exit_inside_the_window_keeps_the_trace(tmp_path: Path) -> None:
+    result = capture(
+        tmp_path, [sys.executable, str(TRAIN), "--steps", "12", "--exit-at", "4", "--os-exit"]
+    )
+    assert result.exit_code == 3
+    assert result.trace_paths
+    assert result.partial
+    assert any("os._exit(3)" in r for r in result.partial_reasons), result.partial_reasons
+    assert result.record.window is not None and result.record.window.first_step == 2
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs (root on Linux only), filled but for 16 KiB: a capture starts in it,
+    and its trace (a few MB) cannot be written."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "filler").write_bytes(bytes(free - (16 << 10)))
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_is_reported_and_exits_non_zero(small_disk: Path) -> None:
+    capture_cli = [sys.executable, "-m", "traceinspect", "capture"]
+    window = ["--skip-steps", "2", "--steps", "5"]
+    done = subprocess.run(
+        [
+            *capture_cli,
+            "--logdir",
+            str(small_disk / "logs"),
+            *window,
+            "--",
+            sys.executable,
+            str(TRAIN),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("traceinspect:")]
+    assert any("no trace written" in line and "is full" in line for line in lines), lines
+    assert "Traceback (most recent call last)" not in done.stderr.split("traceinspect:")[-1]

@@ -666,6 +666,8 @@ def _notes(
         )
     if trace.sidecar is not None and trace.sidecar.untested_note:
         notes.append(trace.sidecar.untested_note)
+    if trace.sidecar is not None and trace.sidecar.ignored_note:
+        notes.append(trace.sidecar.ignored_note)
     if len(trace.hosts) > 1:
         notes.append(
             f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "

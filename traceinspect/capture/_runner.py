@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import glob
 import json
+import os
 import shutil
 import signal
 import socket
@@ -119,6 +121,9 @@ class CaptureResult:
     #: The sidecar as written (:mod:`traceinspect.sidecar` documents it; :attr:`record`
     #: reads it).
     sidecar: SC.SidecarJSON
+    #: Why the run directory could not be written (a full disk, a folder gone), when it
+    #: could not: the trace, the report or the sidecar is missing (``capture`` exits 1).
+    write_error: str | None = None
 
     @functools.cached_property
     def record(self) -> SC.Sidecar:
@@ -174,6 +179,7 @@ class CaptureResult:
             "exit_code": self.exit_code,
             "partial": self.partial,
             "partial_reasons": list(self.partial_reasons),
+            "write_error": self.write_error,
             "summary": self.summary(),
         }
 
@@ -339,6 +345,8 @@ def _child_config(
         "run_dir": run_dir,
         "host_name": options.host_name,
         "export_dir": str(Path(scratch, "export")),
+        # The child dies with us (run.py: PR_SET_PDEATHSIG), not on orphaned.
+        "parent_pid": os.getpid(),
         "report_path": str(Path(scratch, "report.json")),
         **_window_options(options),
         "host_tracer_level": options.host_tracer_level,
@@ -419,6 +427,23 @@ def _read_report(path: str) -> SC.ChildReportJSON | None:
     return cast(SC.ChildReportJSON, report) if isinstance(report, dict) else None
 
 
+def _write_error(run_dir: str) -> str | None:
+    """Why nothing more can be written in ``run_dir``, or None when it can."""
+    if not Path(run_dir).is_dir():
+        return f"the run directory '{run_dir}' was removed while the script ran"
+    try:
+        with tempfile.TemporaryFile(dir=run_dir) as probe:
+            probe.write(bytes(1 << 16))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"the disk under '{run_dir}' is full ({reason})"
+        return f"cannot write in '{run_dir}' ({reason})"
+    return None
+
+
 def _exit_code(returncode: int) -> tuple[int, str | None]:
     """The shell's view: a child killed by signal N exits 128 + N."""
     if returncode >= 0:
@@ -479,6 +504,10 @@ def run_capture(
     exit_code, exit_signal = _exit_code(returncode)
     report = _read_report(config["report_path"])
     shutil.rmtree(scratch, ignore_errors=True)
+    # No report, or no trace: say why when the run directory cannot be written (the child's
+    # own message about it went to the script's stderr).
+    missing = report is None or not report.get("trace_files")
+    write_error = _write_error(run_dir) if missing else None
     sidecar = _build_sidecar(
         cmd,
         options,
@@ -489,8 +518,14 @@ def run_capture(
         exit_signal=exit_signal,
         started_ns=started_ns,
         ended_ns=ended_ns,
+        write_error=write_error,
     )
-    _write_json_atomic(str(sidecar_path), sidecar)
+    try:
+        _write_json_atomic(str(sidecar_path), sidecar)
+    except OSError as exc:
+        write_error = write_error or f"cannot write '{sidecar_path}' ({exc.strerror or exc})"
+        with contextlib.suppress(OSError):
+            Path(f"{sidecar_path}.tmp{os.getpid()}").unlink()
     # A shared run directory holds other hosts' files too: list only this host's.
     pattern = f"{glob.escape(options.host)}.xplane.pb" if shared else "*.xplane.pb"
     traces = tuple(str(p) for p in sorted(Path(run_dir).glob(pattern)))
@@ -502,6 +537,7 @@ def run_capture(
         partial=bool(sidecar["partial"]),
         partial_reasons=tuple(sidecar["partial_reasons"]),
         sidecar=sidecar,
+        write_error=write_error,
     )
 
 
@@ -516,14 +552,18 @@ def _build_sidecar(
     exit_signal: str | None,
     started_ns: int,
     ended_ns: int,
+    write_error: str | None = None,
 ) -> SC.SidecarJSON:
     """The sidecar: the run as the parent saw it, and the child's report of it."""
     reasons: list[str] = []
-    if report is None:
+    if write_error is not None:
+        reasons.append(f"no trace could be written: {write_error}")
+    if report is None and write_error is None:
         reasons.append(
             "the script ended before traceinspect could record anything"
             + (f" (killed by {exit_signal})" if exit_signal else "")
         )
+    if report is None:
         report = {"host": facts._host_info(), "versions": facts._versions()}
     reasons.extend(report.get("partial_reasons", []))
     window = report.get("window")

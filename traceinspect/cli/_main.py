@@ -34,7 +34,18 @@ def _wants_json(ctx: click.Context, args: list[str]) -> bool:
 
 
 def _json_error(kind: str, message: str, path: str | None = None) -> None:
-    click.echo(json.dumps({"error": {"type": kind, "message": message, "path": path}}, indent=2))
+    """The ``error`` object on stdout; where stdout cannot take it (a full disk, the error
+    being about stdout itself), the plain line on stderr instead."""
+    try:
+        click.echo(
+            json.dumps({"error": {"type": kind, "message": message, "path": path}}, indent=2)
+        )
+        sys.stdout.flush()
+    except OSError:
+        from traceinspect.cli._options import _drop_stdout
+
+        _drop_stdout()
+        click.echo(f"Error: {message}", err=True)
 
 
 class _Group(click.Group):
@@ -52,7 +63,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TraceInspectError as exc:
-            if _wants_json(ctx, args):
+            # (An error about standard output itself cannot be written there.)
+            on_stdout = str(exc).startswith("standard output:")
+            if _wants_json(ctx, args) and not on_stdout:
                 _json_error(type(exc).__name__, str(exc), exc.path)
             else:
                 click.echo(f"Error: {exc}", err=True)
@@ -68,6 +81,13 @@ class _Group(click.Group):
             else:
                 click.echo("Interrupted.", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # The reader of our output left (`| head`): nothing to report, as for other
+            # Unix tools; stdout goes to /dev/null so the exit flush does not fail again.
+            from traceinspect.cli._options import _drop_stdout
+
+            _drop_stdout()
+            sys.exit(1)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_COMMANDS})

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -114,6 +117,40 @@ def window_option(help_text: str) -> Callable[[F], F]:
         callback=lambda _ctx, _param, value: parse_range(value, float, single=False),
         help=help_text,
     )
+
+
+@contextlib.contextmanager
+def writing(output: Path | None) -> Iterator[None]:
+    """Write ``output`` (None: standard output, flushed at the end) inside this block: an
+    OSError (a missing folder, a directory, a full disk) becomes a one-line error."""
+    from traceinspect.errors import UsageError
+
+    try:
+        yield
+        if output is None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader left (`| head`): _main ends quietly
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if output is not None:
+            raise UsageError(
+                f"{output}: cannot write the file ({reason}); pick another -o."
+            ) from None
+        _drop_stdout()
+        raise UsageError(
+            f"standard output: cannot write ({reason}); redirect it elsewhere, or use -o "
+            "where the command has it."
+        ) from None
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null: what could not be written is not tried again
+    (and reported again) when the interpreter flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from traceinspect.cli._options import (
     note_newest_run,
     refuse_unused,
     trace_input,
+    writing,
 )
 from traceinspect.cli._progress import StatusLine
 from traceinspect.errors import UsageError
@@ -137,7 +138,8 @@ def analyze(
         kept = answers.read(located, printed)
         if kept is not None:
             note_newest_run(located, request.path, request.quiet)
-            click.echo(kept)
+            with writing(None):
+                click.echo(kept)
             return
     result, trace = _one_host_analysis(request, located)
     if as_json:
@@ -146,7 +148,8 @@ def analyze(
         from traceinspect.report.analyze import render_analysis
 
         text = render_analysis(result, top_gaps=top_gaps)
-    click.echo(text)
+    with writing(None):
+        click.echo(text)
     if not request.no_cache:
         answers.write(located, printed, text)
     if plots_dir is not None or html_file is not None:
@@ -205,8 +208,9 @@ def _write_reports(
     if plots_dir is not None:
         written += save_figures(figures, plots_dir)
     if html_file is not None:
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(page(figures), encoding="utf-8")
+        with writing(html_file):
+            html_file.parent.mkdir(parents=True, exist_ok=True)
+            html_file.write_text(page(figures), encoding="utf-8")
         written.append(html_file)
     if not quiet:
         for path in written:

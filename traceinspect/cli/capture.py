@@ -263,7 +263,9 @@ def capture(
     else:
         for path in result.trace_paths:
             click.echo(f"traceinspect: trace in {path}", err=True)
-        if not result.trace_paths:
+        if result.write_error is not None:
+            click.echo(f"traceinspect: no trace written: {result.write_error}", err=True)
+        elif not result.trace_paths:
             click.echo(
                 f"traceinspect: no trace written; details in {result.sidecar_path}", err=True
             )
@@ -281,4 +283,5 @@ def capture(
             from traceinspect.report.analyze import render_analysis
 
             click.echo(render_analysis(analysis))
-    ctx.exit(result.exit_code)
+    # The script's exit code; 1 when it succeeded but its trace could not be written.
+    ctx.exit(result.exit_code or (1 if result.write_error is not None else 0))

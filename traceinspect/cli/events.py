@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import math
 from pathlib import Path
 
 import click
@@ -15,6 +15,7 @@ from traceinspect.cli._options import (
     refuse_unused,
     trace_input,
     window_option,
+    writing,
 )
 from traceinspect.errors import UsageError
 
@@ -105,6 +106,11 @@ def events(
     fmt = "json" if as_json else fmt
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes a binary file: add -o FILE.parquet.")
+    if window is not None and not all(end is None or math.isfinite(end) for end in window):
+        raise UsageError(
+            f"--window needs finite times in ms (got {window[0]}:{window[1]}); leave an end "
+            "out for the trace's own."
+        )
     trace = request.load()
     start_ns = end_ns = None
     if window is not None:
@@ -116,14 +122,14 @@ def events(
     )
     if limit is None and fmt == "table":
         limit = 50
-    result = render_events(
-        trace, selected, fmt=fmt, sort=sort, limit=limit, stats=not no_stats, output=output
-    )
-    if result.text is not None:
-        if output is None:
-            click.echo(result.text, nl=not result.text.endswith("\n"))
-        else:
-            output.write_text(result.text)
+    with writing(output):
+        result = render_events(
+            trace, selected, fmt=fmt, sort=sort, limit=limit, stats=not no_stats, output=output
+        )
+        if result.text is not None:
+            if output is None:
+                click.echo(result.text, nl=not result.text.endswith("\n"))
+            else:
+                output.write_text(result.text, encoding="utf-8")
     if not request.quiet and result.note:
         click.echo(result.note, err=True)
-    sys.stdout.flush()

@@ -16,6 +16,7 @@ from traceinspect.cli._options import (
     parse_range,
     trace_input,
     window_option,
+    writing,
 )
 from traceinspect.errors import UsageError
 
@@ -114,12 +115,8 @@ def export(
         window_ms=window_ms,
         max_events=max_events,
     )
-    try:
+    with writing(output):
         size = result.write(output)
-    except OSError as exc:
-        raise UsageError(
-            f"{output}: cannot write the file ({exc.strerror}); pick another -o."
-        ) from None
     if as_json:
         out = {
             "output": str(output),

@@ -31,6 +31,7 @@ from traceinspect.analysis.result import Analysis
 from traceinspect.errors import UsageError
 from traceinspect.trace import Trace, typed_values
 from traceinspect.vocabulary import CAUSES
+from traceinspect.xplane.raw import printable
 
 #: Events written at most by default: Perfetto UI opens a file of this many in a browser tab
 #: (about 100 MB of JSON; chrome://tracing slows down well before).
@@ -535,7 +536,9 @@ def _stat_args(trace: Trace, kept: pd.DataFrame) -> dict[int, str]:
         strict=True,
     ):
         big = isinstance(value, int) and abs(value) >= _JSON_SAFE_INT
-        by_event.setdefault(row, {})[stat] = str(value) if big else value
+        # Bytes that are not UTF-8 as \xNN, not as "\udcff".
+        shown = printable(value) if isinstance(value, str) else str(value) if big else value
+        by_event.setdefault(row, {})[stat] = shown
     return {row: ',"args":' + json.dumps(args) for row, args in by_event.items()}
 
 

@@ -25,6 +25,10 @@
  * later (interned strings are compared in place, map entries point into the file) fault
  * back in with the same bytes. Only a read-only mmap is accepted for this: dropped pages
  * of the process's own memory would read back as zeros.
+ *
+ * A mapped file may change while it is read: the fill pass checks every write against
+ * what the index pass allocated, and a read-only mmap is decoded under a SIGBUS guard (a
+ * file that shrinks): both end in "the trace changed while it was read" (see GUARD).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +37,11 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #endif
 #include <stdint.h>
 #include <stdio.h>
@@ -190,6 +199,18 @@ static int fail_at(const wctx *w, const uint8_t *at, const char *what) {
     return set_error(PyExc_ValueError, msg);
 }
 
+/* The index pass and the fill pass read the same bytes twice; when they disagree (more
+ * lines or events the second time), the input changed between them: a file still being
+ * written, or rewritten in place. The reader turns this message into its own error. */
+#define CHANGED_MSG                                                                       \
+    "the trace changed while it was read: is it still being written? read it again when " \
+    "it is complete"
+
+static int changed(void) { return set_error(PyExc_ValueError, CHANGED_MSG); }
+
+/* The same words as pydecode.OUT_OF_RANGE. */
+#define OUT_OF_RANGE_MSG "an event's start or end is outside the int64 range of nanoseconds"
+
 static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *end,
                               uint64_t *out) {
     const uint8_t *p = *pp;
@@ -225,9 +246,16 @@ static inline int read_varint(const wctx *w, const uint8_t **pp, const uint8_t *
     return fail_at(w, p, "varint longer than 10 bytes");
 }
 
-/* Names may be absent (NULL, 0) and need not be valid UTF-8: keep every byte. */
-static inline PyObject *decode_str(const uint8_t *p, size_t len) {
-    return PyUnicode_DecodeUTF8(p ? (const char *)p : "", (Py_ssize_t)len, "surrogateescape");
+/* Strings may be absent (NULL, 0) and need not be valid UTF-8. Names read bytes that are
+ * not UTF-8 as \xNN text ("backslashreplace"), so that every name is text any output
+ * (pandas' Arrow strings, CSV, Parquet, a terminal) takes; stat values keep every byte
+ * ("surrogateescape": bytes_value stats hold serialized protobufs). Mirrored in
+ * pydecode.py. */
+#define NAME_ERRORS "backslashreplace"
+#define VALUE_ERRORS "surrogateescape"
+
+static inline PyObject *decode_str(const uint8_t *p, size_t len, const char *errors) {
+    return PyUnicode_DecodeUTF8(p ? (const char *)p : "", (Py_ssize_t)len, errors);
 }
 
 /* A string of the input, made a Python str only at the end (with the GIL). */
@@ -243,12 +271,12 @@ static int push_str(vec *v, const uint8_t *p, size_t len) {
 }
 
 /* The strings of v as a new list (GIL held). */
-static PyObject *str_list(const vec *v) {
+static PyObject *str_list(const vec *v, const char *errors) {
     PyObject *list = PyList_New((Py_ssize_t)v->n);
     if (!list) return NULL;
     for (size_t i = 0; i < v->n; i++) {
         const strref *r = &VEC_AT(*v, strref, i);
-        PyObject *s = decode_str(r->p, r->len);
+        PyObject *s = decode_str(r->p, r->len, errors);
         if (!s) {
             Py_DECREF(list);
             return NULL;
@@ -261,9 +289,20 @@ static PyObject *str_list(const vec *v) {
 static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uint32_t num,
                       int depth);
 
-/* Read the next field. Returns 1 on a field, 0 at the end, -1 on error. */
-static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *end,
-                             field *f) {
+/* How deep messages and groups may nest: upb's (and protobuf C++'s) default recursion
+ * limit, so that both decoders refuse the same inputs. Depth 0 is the XSpace; a group or
+ * message field of a message at depth d is at depth d + 1. */
+#define MAX_DEPTH 100
+enum { D_SPACE = 0, D_PLANE, D_LINE, D_EVENT, D_EVENT_STAT };
+#define D_PLANE_STAT D_LINE  /* XPlane.stats */
+#define D_MAP_ENTRY D_LINE   /* XPlane.event_metadata / stat_metadata entries */
+#define D_METADATA D_EVENT   /* their values */
+#define D_METADATA_STAT D_EVENT_STAT
+
+/* Read the next field of a message at `depth`. Returns 1 on a field, 0 at the end, -1 on
+ * error. */
+static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *end, field *f,
+                             int depth) {
     const uint8_t *p = *pp;
     if (p >= end) return 0;
     uint64_t tag;
@@ -290,7 +329,7 @@ static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *e
             break;
         }
         case 3:
-            if (skip_group(w, &p, end, f->num, 0) < 0) return -1;
+            if (skip_group(w, &p, end, f->num, depth + 1) < 0) return -1;
             break;
         case 5: {
             if ((size_t)(end - p) < 4) return fail_at(w, p, "truncated fixed32");
@@ -309,7 +348,7 @@ static inline int next_field(const wctx *w, const uint8_t **pp, const uint8_t *e
 
 static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uint32_t num,
                       int depth) {
-    if (depth > 64) return fail_at(w, *pp, "groups nested too deeply");
+    if (depth > MAX_DEPTH) return fail_at(w, *pp, "groups nested too deeply");
     const uint8_t *p = *pp;
     for (;;) {
         if (p >= end) return fail_at(w, p, "unterminated group");
@@ -328,7 +367,7 @@ static int skip_group(const wctx *w, const uint8_t **pp, const uint8_t *end, uin
         }
         field f;
         p = start;
-        if (next_field(w, &p, end, &f) < 0) return -1;
+        if (next_field(w, &p, end, &f, depth) < 0) return -1;
     }
 }
 
@@ -508,8 +547,10 @@ typedef struct {
     vec line_plane, line_id, line_ts, line_dur, line_display_id, line_count;
     vec line_events, line_first, line_last; /* per line: timed events and their span */
     vec line_names, line_display_names; /* strref */
-    /* events (preallocated from the index pass) */
+    /* events (preallocated from the index pass for ev_alloc rows: the fill pass checks
+     * every write against it, since a file that changes between the passes may hold more) */
     vec ev_line, ev_name, ev_start, ev_dur;
+    size_t ev_alloc;
     /* aggregated events (num_occurrences instead of offset_ps) */
     vec ag_line, ag_name, ag_count, ag_dur;
     /* event metadata rows */
@@ -521,6 +562,12 @@ typedef struct {
     vec statmd_name;  /* local stat metadata index -> stat name code */
     vec statmd_ref;   /* local stat metadata index -> str_values code, -1 until used */
     vec statmd_span;  /* local stat metadata index -> entry with the name span */
+    vec merged;       /* uint8_t *: map values given twice, concatenated (collect_entries) */
+    /* the XSpace's own fields */
+    vec planes;                        /* entry */
+    vec hostnames, errors, warnings;   /* strref */
+    char *strings;                     /* every strref's bytes, copied (own_strings) */
+    PyThreadState *thread;             /* while the GIL is released (decode(release_gil)) */
     int32_t empty_event_name, empty_stat_name, empty_str_value;
     /* progress (never called without the GIL: decode refuses both) */
     PyObject *progress;
@@ -569,7 +616,7 @@ static int32_t empty_code(strtab *t, int32_t *cached) {
 /* XStat                                                                                  */
 
 static int decode_stat(state *st, sink *out, int32_t owner, const uint8_t *p,
-                       const uint8_t *end) {
+                       const uint8_t *end, int depth) {
     const wctx *w = &st->w;
     field f;
     int r;
@@ -578,7 +625,7 @@ static int decode_stat(state *st, sink *out, int32_t owner, const uint8_t *p,
     int32_t sval = -1;
     int8_t kind = KIND_NONE;
     uint64_t ref = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, depth)) > 0) {
         switch (f.num) {
             case 1:
                 if (f.wt == 0) mid = (int64_t)f.v;
@@ -670,7 +717,7 @@ static int index_line(state *st, int32_t plane_row, const uint8_t *p, const uint
             p += len;
             count++;
         }
-        if ((r = next_field(w, &p, end, &f)) <= 0) break;
+        if ((r = next_field(w, &p, end, &f, D_LINE)) <= 0) break;
         if (f.wt == 2) {
             if (f.num == 4)
                 count++;
@@ -714,7 +761,7 @@ static int index_plane(state *st, int32_t plane_row, const uint8_t *p, const uin
     int64_t xid = 0;
     const uint8_t *name = NULL;
     size_t name_len = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_PLANE)) > 0) {
         if (f.num == 1 && f.wt == 0)
             xid = (int64_t)f.v;
         else if (f.num == 2 && f.wt == 2) {
@@ -763,6 +810,11 @@ static inline int64_t floordiv1000(int64_t x) {
     return (x % 1000 < 0) ? q - 1 : q;
 }
 
+static inline int64_t floormod1000(int64_t x) {
+    int64_t r = x % 1000;
+    return r < 0 ? r + 1000 : r;
+}
+
 static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_t *p,
                         const uint8_t *end) {
     const wctx *w = &st->w;
@@ -805,7 +857,7 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
             default:
                 break;
         }
-        if ((r = next_field(w, &p, end, &f)) <= 0) break;
+        if ((r = next_field(w, &p, end, &f, D_EVENT)) <= 0) break;
         if (f.wt == 0) {
             switch (f.num) {
                 case 1:
@@ -826,7 +878,7 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
                     break;
             }
         } else if (f.num == 4 && f.wt == 2) {
-            if (decode_stat(st, &st->ev_stats, row, f.data, f.data + f.len) < 0) return -1;
+            if (decode_stat(st, &st->ev_stats, row, f.data, f.data + f.len, D_EVENT_STAT) < 0) return -1;
         }
     }
     if (r < 0) return -1;
@@ -851,31 +903,61 @@ static int decode_event(state *st, int32_t line_row, int64_t ts_ns, const uint8_
         VEC_PUSH(st->ag_dur, int64_t, dur);
         return 0;
     }
-    /* Both ends are floored to whole nanoseconds, so nesting is preserved exactly. */
-    int64_t start = ts_ns + floordiv1000(off);
-    int64_t stop = ts_ns + floordiv1000(off + dur);
-    /* Preallocated in the index pass: no bounds checks needed here. */
+    /* Both ends are floored to whole nanoseconds, so nesting is preserved exactly. The
+     * end is exact where offset + duration passes int64 picoseconds (the quotients and
+     * the carry of the remainders, as Python's integers give it); a start, end or length
+     * past int64 nanoseconds is refused, by both decoders. */
+    int64_t q_off = floordiv1000(off), q_dur = floordiv1000(dur);
+    int64_t q_sum = q_off + q_dur + (floormod1000(off) + floormod1000(dur) >= 1000);
+    int64_t start, stop, length;
+    if (__builtin_add_overflow(ts_ns, q_off, &start) ||
+        __builtin_add_overflow(ts_ns, q_sum, &stop) ||
+        __builtin_sub_overflow(stop, start, &length))
+        return set_error(PyExc_ValueError, OUT_OF_RANGE_MSG);
+    /* Preallocated in the index pass; never past it, whatever the input holds now. */
+    if (st->ev_line.n >= st->ev_alloc) return changed();
     VEC_AT(st->ev_line, int32_t, st->ev_line.n++) = line_row;
     VEC_AT(st->ev_name, int32_t, st->ev_name.n++) = name;
     VEC_AT(st->ev_start, int64_t, st->ev_start.n++) = start;
-    VEC_AT(st->ev_dur, int64_t, st->ev_dur.n++) = stop - start;
+    VEC_AT(st->ev_dur, int64_t, st->ev_dur.n++) = length;
     if ((uintptr_t)end >= st->release_next) release_consumed(st, end);
     if (++st->since_progress >= (1u << 20)) return report_progress(st, p);
     return 0;
 }
 
-static int collect_entries(const wctx *w, vec *out, const uint8_t *p, const uint8_t *end,
-                           int64_t seq) {
-    /* A map entry: key=1 (int64), value=2 (message). */
+static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested,
+                         int depth);
+
+/* A map entry: key=1 (int64), value=2 (message, field `nested` of it holding messages
+ * too). A value given twice is merged, as protobuf does: each is wire-checked on its own,
+ * then the entry reads their concatenation (fields of the later win, repeated ones add
+ * up), kept in a buffer of the state's (names point into it). */
+static int collect_entries(state *st, vec *out, const uint8_t *p, const uint8_t *end,
+                           int64_t seq, uint32_t nested) {
+    const wctx *w = &st->w;
     field f = {0, 0, 0, NULL, 0};
     int r;
     entry e = {0, seq, NULL, 0};
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_MAP_ENTRY)) > 0) {
         if (f.num == 1 && f.wt == 0)
             e.id = (int64_t)f.v;
         else if (f.num == 2 && f.wt == 2) {
-            e.data = f.data;
-            e.len = f.len;
+            if (!e.data) {
+                e.data = f.data;
+                e.len = f.len;
+                continue;
+            }
+            if (check_message(w, e.data, e.data + e.len, nested, D_METADATA) < 0 ||
+                check_message(w, f.data, f.data + f.len, nested, D_METADATA) < 0 ||
+                vec_reserve(&st->merged, st->merged.n + 1) < 0)
+                return -1;
+            uint8_t *both = malloc(e.len + f.len + 1);
+            if (!both) return no_memory();
+            memcpy(both, e.data, e.len);
+            memcpy(both + e.len, f.data, f.len);
+            VEC_AT(st->merged, uint8_t *, st->merged.n++) = both;
+            e.data = both;
+            e.len += f.len;
         }
     }
     if (r < 0) return -1;
@@ -883,16 +965,18 @@ static int collect_entries(const wctx *w, vec *out, const uint8_t *p, const uint
     return 0;
 }
 
-/* Wire-check a message whose fields are scalars and strings, and, for field `nested`
- * (0: none) of wire type 2, the message inside it too. The protobuf reader checks every
- * map entry, including those a later entry with the same key replaces, so map values
- * that dedupe_entries drops are checked here: both decoders reject the same inputs. */
-static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested) {
+/* Wire-check a message (at `depth`) whose fields are scalars and strings, and, for field
+ * `nested` (0: none) of wire type 2, the message inside it too. The protobuf reader checks
+ * every map entry, including those a later entry with the same key replaces, so map
+ * values that dedupe_entries drops are checked here: both decoders reject the same
+ * inputs. */
+static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, uint32_t nested,
+                         int depth) {
     field f;
     int r;
-    while (p && (r = next_field(w, &p, end, &f)) > 0) {
+    while (p && (r = next_field(w, &p, end, &f, depth)) > 0) {
         if (nested && f.num == nested && f.wt == 2 &&
-            check_message(w, f.data, f.data + f.len, 0) < 0)
+            check_message(w, f.data, f.data + f.len, 0, depth + 1) < 0)
             return -1;
     }
     return p ? r : 0;
@@ -901,7 +985,8 @@ static int check_message(const wctx *w, const uint8_t *p, const uint8_t *end, ui
 static int check_entries(const wctx *w, const vec *entries, uint32_t nested) {
     for (size_t i = 0; i < entries->n; i++) {
         const entry *e = &VEC_AT(*entries, entry, i);
-        if (e->data && check_message(w, e->data, e->data + e->len, nested) < 0) return -1;
+        if (e->data && check_message(w, e->data, e->data + e->len, nested, D_METADATA) < 0)
+            return -1;
     }
     return 0;
 }
@@ -922,7 +1007,7 @@ static int build_stat_metadata(state *st, vec *entries) {
         entry name = {0, 0, NULL, 0};
         field f;
         int r = 0;
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 2 && f.wt == 2) {
                 name.data = f.data;
                 name.len = f.len;
@@ -961,7 +1046,7 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
         field f;
         int r = 0;
         /* First the names, then the stats (they are owned by this row). */
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 2 && f.wt == 2) {
                 name = f.data;
                 name_len = f.len;
@@ -987,9 +1072,9 @@ static int build_event_metadata(state *st, int32_t plane_row, vec *entries) {
         VEC_AT(st->md_name, int32_t, st->md_name.n++) = code;
         vals[i] = row;
         p = e->data;
-        while (p && (r = next_field(w, &p, end, &f)) > 0) {
+        while (p && (r = next_field(w, &p, end, &f, D_METADATA)) > 0) {
             if (f.num == 5 && f.wt == 2 &&
-                decode_stat(st, &st->md_stats, row, f.data, f.data + f.len) < 0) {
+                decode_stat(st, &st->md_stats, row, f.data, f.data + f.len, D_METADATA_STAT) < 0) {
                 free(vals);
                 return -1;
             }
@@ -1020,16 +1105,16 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
     vec lines = {NULL, 0, 0, sizeof(entry)}, evmd = {NULL, 0, 0, sizeof(entry)},
         stmd = {NULL, 0, 0, sizeof(entry)}, pstats = {NULL, 0, 0, sizeof(entry)};
     int64_t seq = 0;
-    while ((r = next_field(w, &p, end, &f)) > 0) {
+    while ((r = next_field(w, &p, end, &f, D_PLANE)) > 0) {
         if (f.wt != 2) continue;
         entry e = {0, seq++, f.data, f.len};
         if (f.num == 3) {
             if (vec_reserve(&lines, lines.n + 1) < 0) goto done;
             VEC_AT(lines, entry, lines.n++) = e;
         } else if (f.num == 4) {
-            if (collect_entries(w, &evmd, f.data, f.data + f.len, seq) < 0) goto done;
+            if (collect_entries(st, &evmd, f.data, f.data + f.len, seq, 5) < 0) goto done;
         } else if (f.num == 5) {
-            if (collect_entries(w, &stmd, f.data, f.data + f.len, seq) < 0) goto done;
+            if (collect_entries(st, &stmd, f.data, f.data + f.len, seq, 0) < 0) goto done;
         } else if (f.num == 6) {
             if (vec_reserve(&pstats, pstats.n + 1) < 0) goto done;
             VEC_AT(pstats, entry, pstats.n++) = e;
@@ -1040,15 +1125,19 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
     if (build_event_metadata(st, plane_row, &evmd) < 0) goto done;
     for (size_t i = 0; i < pstats.n; i++) {
         const entry *e = &VEC_AT(pstats, entry, i);
-        if (decode_stat(st, &st->plane_stats, plane_row, e->data, e->data + e->len) < 0)
+        if (decode_stat(st, &st->plane_stats, plane_row, e->data, e->data + e->len, D_PLANE_STAT) < 0)
             goto done;
     }
     for (size_t i = 0; i < lines.n; i++) {
         const entry *e = &VEC_AT(lines, entry, i);
         int32_t row = (*line_row)++;
+        if ((size_t)row >= st->line_ts.n) {
+            changed();
+            goto done;
+        }
         int64_t ts = VEC_AT(st->line_ts, int64_t, row);
         const uint8_t *q = e->data, *qend = e->data + e->len;
-        size_t first_event = st->ev_line.n;
+        size_t first_event = st->ev_line.n, first_any = st->ev_line.n + st->ag_line.n;
         for (;;) {
             while (q < qend && *q == 0x22) { /* events: one-byte tag of field 4 */
                 uint64_t len;
@@ -1061,12 +1150,17 @@ static int fill_plane(state *st, int32_t plane_row, int32_t *line_row, const uin
                 if (decode_event(st, row, ts, q, q + len) < 0) goto done;
                 q += len;
             }
-            if ((r = next_field(w, &q, qend, &f)) <= 0) break;
+            if ((r = next_field(w, &q, qend, &f, D_LINE)) <= 0) break;
             if (f.num == 4 && f.wt == 2 &&
                 decode_event(st, row, ts, f.data, f.data + f.len) < 0)
                 goto done;
         }
         if (r < 0) goto done;
+        if (st->ev_line.n + st->ag_line.n - first_any !=
+            (size_t)VEC_AT(st->line_count, int64_t, row)) {
+            changed();
+            goto done;
+        }
         /* The line's span, while its events are still in cache (0/0 when it has none). */
         int64_t lo = 0, hi = 0;
         const int64_t *starts = (const int64_t *)st->ev_start.d;
@@ -1140,97 +1234,225 @@ static void state_free(state *st) {
     vec_free(&st->line_names);
     vec_free(&st->line_display_names);
     vec_free(&st->md_display_names);
+    for (size_t i = 0; i < st->merged.n; i++) free(VEC_AT(st->merged, uint8_t *, i));
+    vec_free(&st->merged);
+    vec_free(&st->planes);
+    vec_free(&st->hostnames);
+    vec_free(&st->errors);
+    vec_free(&st->warnings);
+    free(st->strings);
 }
 
-static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
-                              size_t release_every, int nogil) {
-    state st;
-    memset(&st, 0, sizeof(st));
-    st.w.base = buf;
-    st.progress = progress;
-    st.nogil = nogil;
-    st.release_next = UINTPTR_MAX;
-#ifdef MADV_DONTNEED
-    if (release_every > 0) {
-        long page = sysconf(_SC_PAGESIZE);
-        st.page = page > 0 ? (uintptr_t)page : 4096;
-        st.released = ((uintptr_t)buf + st.page - 1) & ~(st.page - 1);
-        st.release_every = release_every;
-        st.release_next = (uintptr_t)buf + release_every;
-    }
-#else
-    (void)release_every;
-#endif
-    st.empty_event_name = st.empty_stat_name = st.empty_str_value = -1;
-    st.plane_xid.esz = 8;
-    st.line_plane.esz = 4;
-    st.line_id.esz = st.line_ts.esz = st.line_dur.esz = st.line_display_id.esz =
-        st.line_count.esz = st.line_events.esz = st.line_first.esz = st.line_last.esz = 8;
-    st.ev_line.esz = st.ev_name.esz = 4;
-    st.ev_start.esz = st.ev_dur.esz = 8;
-    st.ag_line.esz = st.ag_name.esz = 4;
-    st.ag_count.esz = st.ag_dur.esz = 8;
-    st.md_plane.esz = st.md_name.esz = 4;
-    st.md_id.esz = 8;
-    st.statmd_name.esz = st.statmd_ref.esz = 4;
-    st.statmd_span.esz = sizeof(entry);
-    sink_init(&st.ev_stats);
-    sink_init(&st.ag_stats);
-    sink_init(&st.plane_stats);
-    sink_init(&st.md_stats);
-    st.plane_names.esz = st.line_names.esz = st.line_display_names.esz =
-        st.md_display_names.esz = sizeof(strref);
+/* ------------------------------------------------------------------------------------ */
+/* Reading a mapped file that shrinks: SIGBUS.                                            */
+/* A page of a mapping past the end of its file raises SIGBUS when read. While the        */
+/* decoder reads its input, a handler turns that into a jump back to decode_space (the    */
+/* fault's address is inside the input: anything else goes to the handler that was        */
+/* there before, or kills as it would have), which raises "the trace changed while it was */
+/* read". Faults happen only in this file's own reads of the input, never inside malloc   */
+/* or Python, and every string is copied out of the input (own_strings) before Python     */
+/* objects are made, so the jump leaves nothing half done; the state it frees lives on    */
+/* the heap. The handler is installed while any thread decodes (a count), per process.    */
 
-    PyObject *result = NULL;
-    vec hostnames = {NULL, 0, 0, sizeof(strref)}, errors = hostnames, warnings = hostnames;
-    vec planes = {NULL, 0, 0, sizeof(entry)};
-    pending.type = NULL;
-    /* From here to the result, no Python object is touched (see pending_error). */
-    PyThreadState *released = nogil ? PyEval_SaveThread() : NULL;
-    if (strtab_init(&st.event_names) < 0 || strtab_init(&st.stat_names) < 0 ||
-        strtab_init(&st.str_values) < 0)
-        goto fail;
+#if defined(SIGBUS) && defined(SA_SIGINFO)
+#define GUARD 1
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static int guard_users;
+static struct sigaction guard_saved;
+static _Thread_local sigjmp_buf guard_env;
+static _Thread_local volatile sig_atomic_t guard_on;
+static _Thread_local const uint8_t *guard_lo, *guard_hi;
+
+static void guard_handler(int sig, siginfo_t *si, void *uc) {
+    const uint8_t *at = (const uint8_t *)si->si_addr;
+    if (guard_on && at >= guard_lo && at < guard_hi) {
+        guard_on = 0;
+        siglongjmp(guard_env, 1);
+    }
+    if ((guard_saved.sa_flags & SA_SIGINFO) && guard_saved.sa_sigaction) {
+        guard_saved.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (!(guard_saved.sa_flags & SA_SIGINFO) && guard_saved.sa_handler != SIG_DFL &&
+        guard_saved.sa_handler != SIG_IGN) {
+        guard_saved.sa_handler(sig);
+        return;
+    }
+    /* What would have happened without us: the faulting read runs again and kills. */
+    signal(sig, SIG_DFL);
+}
+
+static int guard_install(void) {
+    int ok = 1;
+    pthread_mutex_lock(&guard_mu);
+    if (guard_users == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = guard_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        ok = sigaction(SIGBUS, &sa, &guard_saved) == 0;
+    }
+    if (ok) guard_users++;
+    pthread_mutex_unlock(&guard_mu);
+    return ok;
+}
+
+static void guard_remove(void) {
+    guard_on = 0;
+    pthread_mutex_lock(&guard_mu);
+    if (--guard_users == 0) sigaction(SIGBUS, &guard_saved, NULL);
+    pthread_mutex_unlock(&guard_mu);
+}
+#endif
+
+/* Copy the bytes of every string the result names out of the input, so that nothing
+ * reads the input once the guard is off (and a dropped page is not faulted back in). */
+static int own_strings(state *st) {
+    vec *lists[] = {&st->hostnames, &st->errors, &st->warnings, &st->event_names.refs,
+                    &st->stat_names.refs, &st->str_values.refs, &st->plane_names,
+                    &st->line_names, &st->line_display_names, &st->md_display_names};
+    size_t n = sizeof(lists) / sizeof(lists[0]), total = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < lists[i]->n; k++) total += VEC_AT(*lists[i], strref, k).len;
+    st->strings = malloc(total ? total : 1);
+    if (!st->strings) return no_memory();
+    char *at = st->strings;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < lists[i]->n; k++) {
+            strref *r = &VEC_AT(*lists[i], strref, k);
+            if (r->len) memcpy(at, r->p, r->len);
+            r->p = (const uint8_t *)at;
+            at += r->len;
+        }
+    }
+    return 0;
+}
+
+/* The wire format to columns, in st (the GIL released, when st->thread is set). */
+static int decode_wire(state *st, const uint8_t *buf, size_t size, PyObject *between_passes) {
+    if (strtab_init(&st->event_names) < 0 || strtab_init(&st->stat_names) < 0 ||
+        strtab_init(&st->str_values) < 0)
+        return -1;
 
     /* XSpace */
     const uint8_t *p = buf, *end = buf + size;
     field f;
     int r;
-    while ((r = next_field(&st.w, &p, end, &f)) > 0) {
+    while ((r = next_field(&st->w, &p, end, &f, D_SPACE)) > 0) {
         if (f.wt != 2) continue;
         if (f.num == 1) {
-            if (vec_reserve(&planes, planes.n + 1) < 0) goto fail;
+            if (vec_reserve(&st->planes, st->planes.n + 1) < 0) return -1;
             entry e = {0, 0, f.data, f.len};
-            VEC_AT(planes, entry, planes.n++) = e;
+            VEC_AT(st->planes, entry, st->planes.n++) = e;
         } else if (f.num == 2 || f.num == 3 || f.num == 4) {
-            vec *list = f.num == 2 ? &errors : f.num == 3 ? &warnings : &hostnames;
-            if (push_str(list, f.data, f.len) < 0) goto fail;
+            vec *list = f.num == 2 ? &st->errors : f.num == 3 ? &st->warnings : &st->hostnames;
+            if (push_str(list, f.data, f.len) < 0) return -1;
         }
     }
-    if (r < 0) goto fail;
+    if (r < 0) return -1;
 
     size_t total = 0;
-    for (size_t i = 0; i < planes.n; i++) {
-        const entry *e = &VEC_AT(planes, entry, i);
-        if (index_plane(&st, (int32_t)i, e->data, e->data + e->len, &total) < 0) goto fail;
+    for (size_t i = 0; i < st->planes.n; i++) {
+        const entry *e = &VEC_AT(st->planes, entry, i);
+        if (index_plane(st, (int32_t)i, e->data, e->data + e->len, &total) < 0) return -1;
     }
-    if (total > (size_t)INT32_MAX) {
-        set_error(PyExc_OverflowError, "more than 2**31 events in one file");
-        goto fail;
+    if (total > (size_t)INT32_MAX)
+        return set_error(PyExc_OverflowError, "more than 2**31 events in one file");
+    if (vec_reserve(&st->ev_line, total) < 0 || vec_reserve(&st->ev_name, total) < 0 ||
+        vec_reserve(&st->ev_start, total) < 0 || vec_reserve(&st->ev_dur, total) < 0)
+        return -1;
+    st->ev_alloc = total;
+    if (between_passes != Py_None) { /* tests: change the input here */
+        if (st->thread) PyEval_RestoreThread(st->thread);
+        st->thread = NULL;
+        PyObject *res = PyObject_CallNoArgs(between_passes);
+        if (!res) return -1;
+        Py_DECREF(res);
     }
-    if (vec_reserve(&st.ev_line, total) < 0 || vec_reserve(&st.ev_name, total) < 0 ||
-        vec_reserve(&st.ev_start, total) < 0 || vec_reserve(&st.ev_dur, total) < 0)
-        goto fail;
 
     int32_t line_row = 0;
-    for (size_t i = 0; i < planes.n; i++) {
-        const entry *e = &VEC_AT(planes, entry, i);
-        if (fill_plane(&st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) goto fail;
+    for (size_t i = 0; i < st->planes.n; i++) {
+        const entry *e = &VEC_AT(st->planes, entry, i);
+        if (fill_plane(st, (int32_t)i, &line_row, e->data, e->data + e->len) < 0) return -1;
     }
-    if (report_progress(&st, end) < 0) goto fail;
-    if (released) {
-        PyEval_RestoreThread(released);
-        released = NULL;
+    if ((size_t)line_row != st->line_ts.n) return changed();
+    if (report_progress(st, end) < 0) return -1;
+    return own_strings(st);
+}
+
+static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progress,
+                              size_t release_every, int nogil, PyObject *between_passes,
+                              int mapped) {
+    /* On the heap: decode_wire changes it, and a SIGBUS jumps back past that. */
+    state *st = calloc(1, sizeof(state));
+    if (!st) return PyErr_NoMemory();
+    st->w.base = buf;
+    st->progress = progress;
+    st->nogil = nogil;
+    st->release_next = UINTPTR_MAX;
+#ifdef MADV_DONTNEED
+    if (release_every > 0) {
+        long page = sysconf(_SC_PAGESIZE);
+        st->page = page > 0 ? (uintptr_t)page : 4096;
+        st->released = ((uintptr_t)buf + st->page - 1) & ~(st->page - 1);
+        st->release_every = release_every;
+        st->release_next = (uintptr_t)buf + release_every;
     }
+#else
+    (void)release_every;
+#endif
+    st->empty_event_name = st->empty_stat_name = st->empty_str_value = -1;
+    st->plane_xid.esz = 8;
+    st->line_plane.esz = 4;
+    st->line_id.esz = st->line_ts.esz = st->line_dur.esz = st->line_display_id.esz =
+        st->line_count.esz = st->line_events.esz = st->line_first.esz = st->line_last.esz = 8;
+    st->ev_line.esz = st->ev_name.esz = 4;
+    st->ev_start.esz = st->ev_dur.esz = 8;
+    st->ag_line.esz = st->ag_name.esz = 4;
+    st->ag_count.esz = st->ag_dur.esz = 8;
+    st->md_plane.esz = st->md_name.esz = 4;
+    st->md_id.esz = 8;
+    st->statmd_name.esz = st->statmd_ref.esz = 4;
+    st->statmd_span.esz = sizeof(entry);
+    st->merged.esz = sizeof(uint8_t *);
+    st->planes.esz = sizeof(entry);
+    sink_init(&st->ev_stats);
+    sink_init(&st->ag_stats);
+    sink_init(&st->plane_stats);
+    sink_init(&st->md_stats);
+    st->plane_names.esz = st->line_names.esz = st->line_display_names.esz =
+        st->md_display_names.esz = st->hostnames.esz = st->errors.esz = st->warnings.esz =
+            sizeof(strref);
+
+    PyObject *result = NULL;
+    pending.type = NULL;
+    /* From here to the result, no Python object is touched (see pending_error). */
+    st->thread = nogil ? PyEval_SaveThread() : NULL;
+    int rc;
+#ifdef GUARD
+    volatile int guarded = mapped && guard_install();
+    if (guarded) {
+        guard_lo = buf;
+        guard_hi = buf + size;
+        if (sigsetjmp(guard_env, 1) != 0) {
+            guard_remove();
+            if (st->thread) PyEval_RestoreThread(st->thread);
+            st->thread = NULL;
+            changed(); /* the file shrank under its mapping */
+            goto fail;
+        }
+        guard_on = 1;
+    }
+    rc = decode_wire(st, buf, size, between_passes);
+    if (guarded) guard_remove();
+#else
+    (void)mapped;
+    rc = decode_wire(st, buf, size, between_passes);
+#endif
+    if (st->thread) PyEval_RestoreThread(st->thread);
+    st->thread = NULL;
+    if (rc < 0) goto fail;
 
     result = PyDict_New();
     if (!result) goto fail;
@@ -1240,70 +1462,63 @@ static PyObject *decode_space(const uint8_t *buf, size_t size, PyObject *progres
     if (!sub) goto fail;                                           \
     if (put(result, name, sub) < 0) goto fail;                     \
     __VA_ARGS__
-    if (put(result, "hostnames", str_list(&hostnames)) < 0 ||
-        put(result, "errors", str_list(&errors)) < 0 ||
-        put(result, "warnings", str_list(&warnings)) < 0 ||
-        put(result, "event_names", str_list(&st.event_names.refs)) < 0 ||
-        put(result, "stat_names", str_list(&st.stat_names.refs)) < 0 ||
-        put(result, "str_values", str_list(&st.str_values.refs)) < 0 ||
-        put(result, "plane_names", str_list(&st.plane_names)) < 0 ||
-        put(result, "line_names", str_list(&st.line_names)) < 0 ||
-        put(result, "line_display_names", str_list(&st.line_display_names)) < 0 ||
-        put(result, "metadata_display_names", str_list(&st.md_display_names)) < 0)
+    if (put(result, "hostnames", str_list(&st->hostnames, NAME_ERRORS)) < 0 ||
+        put(result, "errors", str_list(&st->errors, NAME_ERRORS)) < 0 ||
+        put(result, "warnings", str_list(&st->warnings, NAME_ERRORS)) < 0 ||
+        put(result, "event_names", str_list(&st->event_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "stat_names", str_list(&st->stat_names.refs, NAME_ERRORS)) < 0 ||
+        put(result, "str_values", str_list(&st->str_values.refs, VALUE_ERRORS)) < 0 ||
+        put(result, "plane_names", str_list(&st->plane_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_names", str_list(&st->line_names, NAME_ERRORS)) < 0 ||
+        put(result, "line_display_names", str_list(&st->line_display_names, NAME_ERRORS)) < 0 ||
+        put(result, "metadata_display_names", str_list(&st->md_display_names, NAME_ERRORS)) < 0)
         goto fail;
     {
-        PUT_DICT("planes", if (put_column(sub, "xplane_id", &st.plane_xid) < 0) goto fail;)
+        PUT_DICT("planes", if (put_column(sub, "xplane_id", &st->plane_xid) < 0) goto fail;)
     }
     {
-        PUT_DICT("lines", if (put_column(sub, "plane_row", &st.line_plane) < 0 ||
-                              put_column(sub, "line_id", &st.line_id) < 0 ||
-                              put_column(sub, "timestamp_ns", &st.line_ts) < 0 ||
-                              put_column(sub, "duration_ps", &st.line_dur) < 0 ||
-                              put_column(sub, "display_id", &st.line_display_id) < 0 ||
-                              put_column(sub, "event_count", &st.line_count) < 0 ||
-                              put_column(sub, "timed_events", &st.line_events) < 0 ||
-                              put_column(sub, "first_start_ns", &st.line_first) < 0 ||
-                              put_column(sub, "last_end_ns", &st.line_last) < 0) goto fail;)
+        PUT_DICT("lines", if (put_column(sub, "plane_row", &st->line_plane) < 0 ||
+                              put_column(sub, "line_id", &st->line_id) < 0 ||
+                              put_column(sub, "timestamp_ns", &st->line_ts) < 0 ||
+                              put_column(sub, "duration_ps", &st->line_dur) < 0 ||
+                              put_column(sub, "display_id", &st->line_display_id) < 0 ||
+                              put_column(sub, "event_count", &st->line_count) < 0 ||
+                              put_column(sub, "timed_events", &st->line_events) < 0 ||
+                              put_column(sub, "first_start_ns", &st->line_first) < 0 ||
+                              put_column(sub, "last_end_ns", &st->line_last) < 0) goto fail;)
     }
     {
-        PUT_DICT("events", if (put_column(sub, "line_row", &st.ev_line) < 0 ||
-                               put_column(sub, "name", &st.ev_name) < 0 ||
-                               put_column(sub, "start_ns", &st.ev_start) < 0 ||
-                               put_column(sub, "duration_ns", &st.ev_dur) < 0) goto fail;)
+        PUT_DICT("events", if (put_column(sub, "line_row", &st->ev_line) < 0 ||
+                               put_column(sub, "name", &st->ev_name) < 0 ||
+                               put_column(sub, "start_ns", &st->ev_start) < 0 ||
+                               put_column(sub, "duration_ns", &st->ev_dur) < 0) goto fail;)
     }
     {
-        PUT_DICT("aggregated", if (put_column(sub, "line_row", &st.ag_line) < 0 ||
-                                   put_column(sub, "name", &st.ag_name) < 0 ||
-                                   put_column(sub, "occurrences", &st.ag_count) < 0 ||
-                                   put_column(sub, "duration_ps", &st.ag_dur) < 0) goto fail;)
+        PUT_DICT("aggregated", if (put_column(sub, "line_row", &st->ag_line) < 0 ||
+                                   put_column(sub, "name", &st->ag_name) < 0 ||
+                                   put_column(sub, "occurrences", &st->ag_count) < 0 ||
+                                   put_column(sub, "duration_ps", &st->ag_dur) < 0) goto fail;)
     }
     {
-        PUT_DICT("metadata", if (put_column(sub, "plane_row", &st.md_plane) < 0 ||
-                                 put_column(sub, "metadata_id", &st.md_id) < 0 ||
-                                 put_column(sub, "name", &st.md_name) < 0) goto fail;)
+        PUT_DICT("metadata", if (put_column(sub, "plane_row", &st->md_plane) < 0 ||
+                                 put_column(sub, "metadata_id", &st->md_id) < 0 ||
+                                 put_column(sub, "name", &st->md_name) < 0) goto fail;)
     }
 #undef PUT_DICT
-    if (put_sink(result, "event_stats", &st.ev_stats) < 0 ||
-        put_sink(result, "aggregated_stats", &st.ag_stats) < 0 ||
-        put_sink(result, "plane_stats", &st.plane_stats) < 0 ||
-        put_sink(result, "metadata_stats", &st.md_stats) < 0)
+    if (put_sink(result, "event_stats", &st->ev_stats) < 0 ||
+        put_sink(result, "aggregated_stats", &st->ag_stats) < 0 ||
+        put_sink(result, "plane_stats", &st->plane_stats) < 0 ||
+        put_sink(result, "metadata_stats", &st->md_stats) < 0)
         goto fail;
-    vec_free(&planes);
-    vec_free(&hostnames);
-    vec_free(&errors);
-    vec_free(&warnings);
-    state_free(&st);
+    state_free(st);
+    free(st);
     return result;
 
 fail:
-    if (released) PyEval_RestoreThread(released);
     raise_pending();
     Py_XDECREF(result);
-    vec_free(&planes);
-    vec_free(&hostnames);
-    vec_free(&errors);
-    vec_free(&warnings);
-    state_free(&st);
+    state_free(st);
+    free(st);
     return NULL;
 }
 
@@ -1311,18 +1526,20 @@ static PyObject *mmap_type; /* mmap.mmap */
 
 static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "progress", "release_every", "release_gil", NULL};
+    static char *kwlist[] = {"data",        "progress",       "release_every",
+                             "release_gil", "between_passes", NULL};
     Py_buffer view;
-    PyObject *progress = Py_None;
+    PyObject *progress = Py_None, *between_passes = Py_None;
     Py_ssize_t release_every = 0;
     int release_gil = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$np:decode", kwlist, &view, &progress,
-                                     &release_every, &release_gil))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O$npO:decode", kwlist, &view, &progress,
+                                     &release_every, &release_gil, &between_passes))
         return NULL;
-    if (release_gil && (progress != Py_None || !view.readonly)) {
+    if (release_gil && (progress != Py_None || !view.readonly || between_passes != Py_None)) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError,
-                        "release_gil needs read-only data and no progress callback");
+                        "release_gil needs read-only data, no progress callback and no "
+                        "between_passes");
         return NULL;
     }
     /* A read-only mmap is a mapping of a file (or of shared or untouched anonymous
@@ -1337,20 +1554,23 @@ static PyObject *wire_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     if (release_every > view.len) release_every = view.len; /* no pointer overflow */
     PyObject *result = decode_space((const uint8_t *)view.buf, (size_t)view.len, progress,
-                                    (size_t)release_every, release_gil);
+                                    (size_t)release_every, release_gil, between_passes, mapped);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef wire_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))wire_decode, METH_VARARGS | METH_KEYWORDS,
-     "decode(data, progress=None, *, release_every=0, release_gil=False) -> dict\n\n"
+     "decode(data, progress=None, *, release_every=0, release_gil=False,\n"
+     "       between_passes=None) -> dict\n\n"
      "Decode serialized XSpace bytes into columns. progress(bytes_done) is called\n"
      "about every million events. With release_every > 0, data must be a read-only\n"
      "mmap.mmap: every release_every bytes, the event pass drops the pages it has\n"
      "decoded from this process's memory (they stay in the page cache). With\n"
      "release_gil, other threads run Python while it decodes (read-only data, no\n"
-     "progress callback: it cannot be interrupted). Raises ValueError on malformed input."},
+     "progress callback: it cannot be interrupted). between_passes() is called between\n"
+     "the index and the fill pass (tests change the input there). Raises ValueError on\n"
+     "malformed input, and on input that changed between the two passes."},
     {NULL, NULL, 0, NULL},
 };
 

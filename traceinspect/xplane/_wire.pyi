@@ -41,11 +41,14 @@ def decode(
     *,
     release_every: int = 0,
     release_gil: bool = False,
+    between_passes: Callable[[], object] | None = None,
 ) -> Decoded:
     """Decode serialized XSpace bytes into columns. ``progress(bytes_done)`` is called about
     every million events. With ``release_every > 0``, ``data`` must be a read-only
     ``mmap.mmap``: every ``release_every`` bytes (and after each plane) the pages already
     decoded leave this process's memory (they stay in the page cache). With
     ``release_gil``, other threads run Python while it decodes (``data`` read-only, no
-    ``progress``: it cannot be interrupted then). Raises ``ValueError`` on malformed
-    input."""
+    ``progress``: it cannot be interrupted then). ``between_passes()`` is called between
+    the index and the fill pass (tests change ``data`` there). Raises ``ValueError`` on
+    malformed input, on input that changed between the two passes, and when the file of a
+    read-only ``mmap.mmap`` shrinks while it is decoded (SIGBUS, caught)."""

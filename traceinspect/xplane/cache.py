@@ -1,11 +1,14 @@
 """A disk cache of decoded columns, so the second open of a large trace is near-instant.
 
-Keyed by file identity (absolute path, size, mtime; for a file behind a URL: the URL, and
-the size, mtime and ETag its listing gave) and the traceinspect version: a file that
-changes, or a new release, misses. An entry is a directory of ``.npy`` arrays (opened
-memory-mapped) and one JSON manifest; it is written under a temporary name and renamed,
-so a reader never sees half an entry. Anything unreadable is treated as a miss and
-rewritten: a corrupt cache costs time, never a wrong answer.
+Keyed by file identity (:func:`local_identity`: absolute path, size, mtime, ctime, inode and
+a digest of the first and last 64 KiB; for a file behind a URL: the URL, and the size, mtime
+and ETag its listing gave) and the traceinspect version: a file that changes, even to
+another of the same size and mtime (``cp -p``, ``rsync -t``), or a new release, misses. An
+entry is a directory of ``.npy`` arrays (opened memory-mapped, each checked against the
+CRC-32 its manifest records) and one JSON manifest; it is written under a temporary name and
+renamed, so a reader never sees half an entry. Anything unreadable, of another shape or
+failing its checksum is treated as a miss and rewritten: a corrupt cache costs time, never
+a wrong answer.
 
 Location: ``$TRACEINSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceinspect``, else
 ``~/.cache/traceinspect``. Only files of at least ``MIN_BYTES`` whose decoding took at
@@ -20,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,10 @@ MIN_BYTES = 8 << 20
 MIN_DECODE_SECONDS = 0.3
 MAX_ENTRIES = 16
 # 2: the events' name codes narrowed to int8/int16 (raw.typed); 1 held them as int32.
-_FORMAT = 2
+# 3: each array's CRC-32 in the manifest; the key holds ctime, inode and a content digest.
+_FORMAT = 3
+#: How much of each end of a file its identity reads (:func:`local_identity`).
+EDGE_BYTES = 64 << 10
 _MANIFEST = "manifest.json"
 
 
@@ -48,17 +55,33 @@ def cache_dir() -> Path:
     return base / "traceinspect"
 
 
+def local_identity(path: Path) -> dict[str, Any]:
+    """What tells a local file from another one at the same path, cheaply: its size and
+    mtime, its ctime and inode (a copy over it, even one that keeps the mtime, changes the
+    ctime; a rename onto it, the inode), and a digest of its first and last
+    ``EDGE_BYTES`` (the content, where a file system keeps neither: two traces differ in
+    their timestamps). One ``stat`` and at most 128 KiB read. Raises OSError."""
+    with path.open("rb") as fh:
+        st = os.fstat(fh.fileno())
+        digest = hashlib.sha256(fh.read(EDGE_BYTES))
+        if st.st_size > EDGE_BYTES:
+            fh.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
+            digest.update(fh.read(EDGE_BYTES))
+    return {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "inode": st.st_ino,
+        "edges": digest.hexdigest()[:32],
+    }
+
+
 def _key(file: Location | HostFile) -> tuple[str, dict[str, Any]] | None:
     """The entry name and identity of ``file``; None when nothing would tell a rewritten
     remote object from the old one (neither mtime nor ETag), so it is never cached."""
     path = file.path if isinstance(file, HostFile) else file
     if isinstance(path, Path):
-        st = path.stat()
-        ident: dict[str, Any] = {
-            "path": str(path.resolve()),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-        }
+        ident: dict[str, Any] = {"path": str(path.resolve()), **local_identity(path)}
     else:
         listed = (file.stat if isinstance(file, HostFile) else None) or fs.stat(path)
         if not (listed.mtime_ns or listed.etag):
@@ -86,16 +109,20 @@ def load(file: Location | HostFile) -> dict[str, Any] | None:
         digest, ident = key
         entry = cache_dir() / digest
         manifest = json.loads((entry / _MANIFEST).read_text())
-        if manifest.get("ident") != ident:
+        if not isinstance(manifest, dict) or manifest.get("ident") != ident:
             return None
         import numpy as np  # here: cache_dir() is needed by commands that import no numpy
 
         raw: dict[str, Any] = dict(manifest["lists"])
         for group, columns in manifest["arrays"].items():
             raw[group] = {}
-            for name, (dtype, length) in columns.items():
+            for name, (dtype, length, crc) in columns.items():
                 arr = np.load(entry / f"{group}.{name}.npy", mmap_mode="r", allow_pickle=False)
                 if arr.dtype != np.dtype(dtype) or arr.shape != (length,):
+                    return None
+                # Right length, wrong values (a disk error, an edit) would be used as is:
+                # CRC-32 runs at ~4 GB/s, 0.03 s for the 89 MB capture's columns.
+                if zlib.crc32(memoryview(arr)) != crc:
                     return None
                 raw[group][name] = arr
         with contextlib.suppress(OSError):
@@ -124,14 +151,15 @@ def store(file: Location | HostFile, raw: dict[str, Any]) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=root))
         try:
             lists = {k: v for k, v in raw.items() if isinstance(v, list)}
-            arrays: dict[str, dict[str, tuple[str, int]]] = {}
+            arrays: dict[str, dict[str, tuple[str, int, int]]] = {}
             for group, columns in raw.items():
                 if not isinstance(columns, dict):
                     continue
                 arrays[group] = {}
                 for name, arr in columns.items():
                     np.save(tmp / f"{group}.{name}.npy", arr, allow_pickle=False)
-                    arrays[group][name] = (arr.dtype.str, len(arr))
+                    crc = zlib.crc32(np.ascontiguousarray(arr).data)
+                    arrays[group][name] = (arr.dtype.str, len(arr), crc)
             manifest = {"ident": ident, "lists": lists, "arrays": arrays}
             (tmp / _MANIFEST).write_text(json.dumps(manifest))
             final = root / digest

@@ -15,7 +15,8 @@ keeps the entry; as plain messages both decoders see the same entries, last key 
 And every ``string`` field is declared ``bytes``. They share a
 wire type, and profilers written in C++ do not always emit valid UTF-8 (truncated kernel
 names, raw bytes in names); with ``bytes`` the parser never rejects such a file, and we
-decode names ourselves with ``surrogateescape`` exactly as the C decoder does.
+decode strings ourselves exactly as the C decoder does (names with ``backslashreplace``,
+stat values with ``surrogateescape``: see ``decode_str`` in ``_wire.c``).
 """
 
 from __future__ import annotations

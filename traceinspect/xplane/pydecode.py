@@ -28,23 +28,29 @@ _KIND = {
     "ref_value": 6,
 }
 _INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+#: The same words as the compiled decoder's (OUT_OF_RANGE_MSG in ``_wire.c``).
+OUT_OF_RANGE = "an event's start or end is outside the int64 range of nanoseconds"
 _PROGRESS_EVERY = 1 << 18
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
+def _text(raw: bytes, errors: str = "backslashreplace") -> str:
+    """Names: bytes that are not UTF-8 as ``\\xNN`` text; stat values (``errors=
+    "surrogateescape"``) keep every byte. The same rule as ``decode_str`` in ``_wire.c``."""
+    return raw.decode("utf-8", errors)
 
 
 class _Interner:
-    def __init__(self) -> None:
+    def __init__(self, errors: str = "backslashreplace") -> None:
         self.codes: dict[bytes, int] = {}
         self.strings: list[str] = []
+        self.errors = errors
 
     def __call__(self, raw: bytes) -> int:
         code = self.codes.get(raw)
         if code is None:
             code = self.codes[raw] = len(self.strings)
-            self.strings.append(_text(raw))
+            self.strings.append(_text(raw, self.errors))
         return code
 
 
@@ -121,7 +127,7 @@ class _Decoder:
         self.size = size
         self.event_names = _Interner()
         self.stat_names = _Interner()
-        self.str_values = _Interner()
+        self.str_values = _Interner("surrogateescape")
         self.event_stats = _Stats()
         self.aggregated_stats = _Stats()
         self.plane_stats = _Stats()
@@ -179,10 +185,17 @@ class _Decoder:
                         dec.stat(self.event_stats, n, stat)
                     off = event.offset_ps
                     start = ts + off // 1000
+                    stop = ts + (off + event.duration_ps) // 1000
+                    if not (
+                        _INT64_MIN <= start <= _INT64_MAX
+                        and _INT64_MIN <= stop <= _INT64_MAX
+                        and _INT64_MIN <= stop - start <= _INT64_MAX
+                    ):
+                        raise ValueError(OUT_OF_RANGE)
                     ev_line[n] = line_row
                     ev_name[n] = code
                     ev_start[n] = start
-                    ev_dur[n] = ts + (off + event.duration_ps) // 1000 - start
+                    ev_dur[n] = stop - start
                     n += 1
                     if self.progress is not None and n % _PROGRESS_EVERY == 0:
                         self.progress(int(self.size * n / max(total, 1)))

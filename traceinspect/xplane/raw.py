@@ -70,12 +70,44 @@ def typed(raw: Mapping[str, Any]) -> Raw:
     import numpy as np  # here: a file may decode (on another thread) while numpy loads
 
     out: Raw = {key: raw[key] for key in LISTS}
+    for key in ("event_names", "stat_names"):
+        out[key] = _distinct(out[key])
     for group, columns in DTYPES.items():
         out[group] = {
             name: np.frombuffer(raw[group][name], dtype=dtype) for name, dtype in columns.items()
         }
     names = out["events"]["name"]
     out["events"]["name"] = names.astype(code_dtype(len(out["event_names"])), copy=False)
+    return out
+
+
+def printable(text: str) -> str:
+    """``text`` with the bytes that are not UTF-8 (stat values keep them as surrogates) as
+    ``\\xNN``, as names are: text that every output takes."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """The names of an interned table, each text once. The decoders intern bytes, and read
+    bytes that are not UTF-8 as ``\\xNN`` text, which a name may also hold literally: the
+    second of two such names gets `` #2`` (and so on), so that the codes stay categories."""
+    if len(set(names)) == len(names):
+        return names
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        text, k = name, 1
+        while text in seen:
+            k += 1
+            text = f"{name} #{k}"
+        seen.add(text)
+        out.append(text)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import pathlib
 import sys
 import time
@@ -59,6 +60,7 @@ def train(
     exit_code: int = 3,
     hang_at: int = -1,
     marker: str = "",
+    os_exit: bool = False,
 ) -> float:
     it = build_iterator(batch_size, delay_s, workers)
     w = jnp.zeros((FEATURES,), jnp.float32)
@@ -81,5 +83,7 @@ def train(
         if step == crash_at:
             raise RuntimeError(f"boom at step {step}")
         if step == exit_at:
+            if os_exit:  # no finally, no atexit: as a script that must end at once
+                os._exit(exit_code)
             sys.exit(exit_code)
     return float(loss)

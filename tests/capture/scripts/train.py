@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--exit-at", type=int, default=-1)
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--hang-at", type=int, default=-1)
+    parser.add_argument("--os-exit", action="store_true", help="--exit-at by os._exit")
     parser.add_argument("--marker", default="")
     parser.add_argument("--facts", default="")
     parser.add_argument("--mp-check", action="store_true")
@@ -63,6 +64,7 @@ def main() -> None:
         exit_code=args.exit_code,
         hang_at=args.hang_at,
         marker=args.marker,
+        os_exit=args.os_exit,
     )
     print(f"final loss {loss:.4f}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import pathlib
@@ -13,7 +14,7 @@ import signal
 import sys
 import threading
 import types
-from typing import Any
+from typing import Any, NoReturn
 
 from ._base import SOURCE_TIME, _StopAfter, _Terminated, _warn
 from .grain_patches import _patch_grain, grain_method_hint, workers_vs_files_hint
@@ -21,6 +22,8 @@ from .hooks import _PostImportFinder
 from .jax_patches import _patch_jax, _patch_multihost_utils
 from .sampler import StackSampler
 from .window import _Capture
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
@@ -35,6 +38,7 @@ def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | Non
 
 
 def _run(config: dict[str, Any]) -> None:
+    _die_with_parent(config.get("parent_pid"))
     cap = _Capture(config)
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -58,6 +62,7 @@ def _run(config: dict[str, Any]) -> None:
         if module is not None:
             finder.patches.pop(name)(module)
     signal.signal(signal.SIGTERM, on_sigterm)
+    _finish_before_os_exit(cap)
     if cap.forced in ("auto", SOURCE_TIME) and cap.timing is None:
         cap.start_time_window()
     interval_ms = float(config.get("sample_interval_ms") or 0.0)
@@ -117,6 +122,43 @@ def _run(config: dict[str, Any]) -> None:
         sys.exit(1)
     else:
         cap.finish("returned")
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """On Linux, have the kernel send us SIGTERM when the capture process that started us
+    dies (SIGKILL, an OOM kill: it cannot pass a signal on then): the SIGTERM handler
+    saves the trace and the script ends, where it ran on orphaned. Strictly, the death of
+    the parent's thread that started us (``run_capture`` waits on it). A script that
+    ignores SIGTERM, and the processes a script starts itself, are not stopped."""
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the prctl: nobody will tell us
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _finish_before_os_exit(cap: _Capture) -> None:
+    """``os._exit`` skips ``finally`` and atexit: inside the window the trace was lost.
+    Stop the profiler and write the report first, as for ``sys.exit``; only in this
+    process (a forked child calling ``os._exit`` exits as it would)."""
+    real_exit, pid = os._exit, os.getpid()
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == pid and cap.ended_how is None:
+            with contextlib.suppress(BaseException):
+                how = f"called os._exit({status!r})"
+                if threading.current_thread() is threading.main_thread():
+                    cap.finish(how)
+                else:  # finish() sets signal handlers, which only the main thread may
+                    cap._finish(how)
+            _flush()
+        real_exit(status)
+
+    os._exit = _exit
 
 
 def _die_by_sigterm_if(terminated: threading.Event) -> None:
