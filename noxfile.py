@@ -14,11 +14,14 @@ of its own (made with uv, in seconds):
   with the tests marked ``stack`` (real captures of real JAX + Grain loops, analysed);
 - ``maxtext``: MaxText's own training loop under ``traceinspect capture``, on Python 3.12 with
   MaxText's training-path dependencies (``tests/maxtext_loop/``);
+- ``flax``: a Flax NNX training loop under ``traceinspect capture``, on Python 3.12 with the
+  newest Flax (``tests/capture/test_flax.py``);
 - ``docs``: the documentation site (``mkdocs.yml``), built with warnings as errors.
 
     nox                      # the whole matrix (what CI runs after pytest)
     nox -s 'stack(newest-3.12)'
     nox -s maxtext
+    nox -s flax
     nox -s docs
     nox -l                   # list the sessions
 
@@ -39,7 +42,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 # PYTHONDONTWRITEBYTECODE=1: every process then compiled jax from source, 2-3 s per import of
 # jax 0.12 against 0.5 s compiled, in every capture child, Grain worker and MaxText run.
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
-nox.options.sessions = ["stack", "maxtext", "docs"]
+nox.options.sessions = ["stack", "maxtext", "flax", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack: the oldest Python we declare, with the oldest core dependencies
@@ -152,6 +155,24 @@ def maxtext(session: nox.Session) -> None:
         "tests/maxtext_loop",
         *session.posargs,
         env={"TRACEINSPECT_MAXTEXT": "require"},
+    )
+
+
+@nox.session(python="3.12")
+def flax(session: nox.Session) -> None:
+    """A Flax NNX training loop under traceinspect capture (tests/capture/test_flax.py)."""
+    # The newest Flax (and the jax, optax and Grain it takes), as a user's fresh install.
+    session.install("-e", ".[capture,test]", "flax")
+    _versions(session)
+    session.run("python", "-c", "import flax; print('flax', flax.__version__)")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "tests/capture/test_flax.py",
+        *session.posargs,
+        env={"TRACEINSPECT_FLAX": "require"},
     )
 
 
