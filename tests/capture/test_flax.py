@@ -34,6 +34,8 @@ MEASURE = REPO / "sample_traces" / "frameworks" / "flax_measure.py"
 # capture): 200 steps on a 2-core machine running 6x over its cores never got steady.
 STEPS = 300
 TRUTH_STEPS = 120
+# Within this of the best measured step, a worker count is as good as the best (MaxText's).
+WITHIN = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -85,16 +87,22 @@ def test_a_per_step_loss_read_is_sync_bound(measure: ModuleType, tmp_path: Path)
 def test_slow_input_is_input_bound_with_a_worker_count_near_the_knee(
     measure: ModuleType, tmp_path: Path
 ) -> None:
-    # Best of 2 interleaved runs at each count (a run on a shared machine is only ever
-    # slowed by others).
-    names = ["slow-w1", "slow-w2", "slow-w3", "slow-w4"]
-    timed = measure.measure(names, TRUTH_STEPS, 2)
+    # 1 worker once (the premise holds by ~80%); 2-4 best of 3, interleaved: a run on this
+    # shared machine is only ever slowed by others, and best of 2 put 3 workers 16% over 4
+    # in one run (25.95 against 22.30 ms) where another had them within 10%.
+    timed = measure.measure(["slow-w1"], TRUTH_STEPS, 1)
+    timed |= measure.measure(["slow-w2", "slow-w3", "slow-w4"], TRUTH_STEPS, 3)
     truth = {int(name[-1]): min(ms) for name, ms in timed.items()}
-    knee = measure.knee(truth)
+    best = min(truth.values())
+    knee = measure.knee(truth, WITHIN)
     # The premise: one worker holds the step back.
-    assert truth[1] > min(truth.values()) * 1.15, truth
+    assert truth[1] > best * (1 + WITHIN), truth
 
     analysis, _ = _capture(tmp_path, measure.CONFIGS["slow-w1"])
     assert analysis.verdict == "input-bound", analysis.summary
     (rec,) = [r for r in analysis.recommendations if r.kind == "grain_worker_count"]
-    assert rec.value is not None and knee <= rec.value <= knee + 2, (rec, truth)
+    # As MaxText's test: at most the knee + 2, and a count whose measured step is as good
+    # as the best (within WITHIN) where fewer than the knee.
+    assert rec.value is not None and rec.value <= knee + 2, (rec, truth)
+    if rec.value < knee:
+        assert truth[rec.value] <= best * (1 + WITHIN), (rec.value, truth)
