@@ -16,12 +16,15 @@ of its own (made with uv, in seconds):
   MaxText's training-path dependencies (``tests/maxtext_loop/``);
 - ``keras``: Keras 3 ``model.fit`` (JAX backend) on a Grain dataset under ``traceinspect
   capture``, on Python 3.12 with the newest Keras, jax and Grain (``tests/capture/test_keras.py``);
+- ``flax``: a Flax NNX training loop under ``traceinspect capture``, on Python 3.12 with the
+  newest Flax (``tests/capture/test_flax.py``);
 - ``docs``: the documentation site (``mkdocs.yml``), built with warnings as errors.
 
     nox                      # the whole matrix (what CI runs after pytest)
     nox -s 'stack(newest-3.12)'
     nox -s maxtext
     nox -s keras
+    nox -s flax
     nox -s docs
     nox -l                   # list the sessions
 
@@ -42,7 +45,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 # PYTHONDONTWRITEBYTECODE=1: every process then compiled jax from source, 2-3 s per import of
 # jax 0.12 against 0.5 s compiled, in every capture child, Grain worker and MaxText run.
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
-nox.options.sessions = ["stack", "maxtext", "keras", "docs"]
+nox.options.sessions = ["stack", "maxtext", "keras", "flax", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack: the oldest Python we declare, with the oldest core dependencies
@@ -175,6 +178,24 @@ def keras(session: nox.Session) -> None:
         "tests/capture/test_keras.py",
         *session.posargs,
         env={"TRACEINSPECT_KERAS": "require"},
+    )
+
+
+@nox.session(python="3.12")
+def flax(session: nox.Session) -> None:
+    """A Flax NNX training loop under traceinspect capture (tests/capture/test_flax.py)."""
+    # The newest Flax (and the jax, optax and Grain it takes), as a user's fresh install.
+    session.install("-e", ".[capture,test]", "flax")
+    _versions(session)
+    session.run("python", "-c", "import flax; print('flax', flax.__version__)")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "tests/capture/test_flax.py",
+        *session.posargs,
+        env={"TRACEINSPECT_FLAX": "require"},
     )
 
 

@@ -164,3 +164,29 @@ def test_steps_inside_the_time_window_end_it_and_get_their_trace(tmp_path: Path)
     assert sorted(p.name for p in Path(result.run_dir).iterdir() if p.suffix == ".pb") == [
         Path(result.trace_paths[0]).name
     ]
+
+
+def test_steps_that_begin_inside_the_time_window_get_a_window_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """A set-up about as long as the time window's delay (a Flax loop on a loaded machine
+    began its steps 0.2 s into it, and its trace was 5 s of the first step's compilation):
+    the time window's trace is set aside when it closes, and the run's trace is of steady
+    steps."""
+    result = run_capture(
+        # The loop begins 6 s after the process started: 2 s into the time window.
+        [sys.executable, str(SHORT), "--steps", "1500", "--start-at", "6"],
+        CaptureOptions(logdir=str(tmp_path), delay_s=4.0, duration_s=4.0, quiet=True),
+    )
+    assert result.exit_code == 0 and len(result.trace_paths) == 1
+    sidecar = read_sidecar(result)
+    assert sidecar["step_source"] == "grain"
+    (note,) = [n for n in sidecar["notes"] if "time window" in n]
+    assert note.endswith(
+        "inside the time window (--delay): its trace was set aside for a window of steps"
+    ), note
+    assert sidecar["window"]["rule"] == "steady", sidecar["window"]
+    assert sidecar["window"]["first_step"] > 0 and sidecar["window"]["complete"]
+    assert sorted(p.name for p in Path(result.run_dir).iterdir() if p.suffix == ".pb") == [
+        Path(result.trace_paths[0]).name
+    ]

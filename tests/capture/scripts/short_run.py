@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 
 import grain
 import jax
@@ -54,6 +56,14 @@ def truth(steps: int) -> list[float]:
     return reps
 
 
+def _since_process_start() -> float:
+    """Seconds since this process started (/proc: its start time in clock ticks since boot)."""
+    stat = Path("/proc/self/stat").read_text(encoding="ascii")
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text(encoding="ascii").split()[0])
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
@@ -61,6 +71,12 @@ def main() -> None:
     parser.add_argument("--truth", action="store_true")
     parser.add_argument(
         "--start-delay", type=float, default=0.0, help="seconds of set-up before the loop"
+    )
+    parser.add_argument(
+        "--start-at",
+        type=float,
+        default=0.0,
+        help="begin the loop this many seconds after the process started (Linux)",
     )
     args = parser.parse_args()
     if args.truth:
@@ -71,6 +87,8 @@ def main() -> None:
 
     flags.FLAGS.mark_as_parsed()
     time.sleep(args.start_delay)  # a long set-up: loading, sharding, compiling elsewhere
+    if args.start_at:
+        time.sleep(max(0.0, args.start_at - _since_process_start()))
     batches = iter(grain.MapDataset.range(10_000).map(make_batch).to_iter_dataset())
     w = jnp.eye(SIZE, dtype=jnp.float32)
     loss = jnp.zeros(())

@@ -166,6 +166,8 @@ class _State:
         self.window_open_ns: int | None = None
         #: The time window's trace, set aside when steps began after it: (folder, names).
         self.time_aside: tuple[str, list[str]] | None = None
+        #: When the first step began, where steps began inside the time window's trace.
+        self.steps_in_time_window_ns: int | None = None
         self.trace_stop_ns: int | None = None
         self.trace_files: list[str] = []
         self.notes: list[str] = []

@@ -106,6 +106,13 @@ class _Capture(_EarlyTrace):
                 if self.phase == _TRACING:
                     # A better step marker appeared after the window opened (possible with
                     # --skip-steps 0): count the window in its steps from here.
+                    if chosen is not None and chosen.kind == SOURCE_TIME:
+                        # Steps began inside the time window (a set-up about as long as
+                        # --delay: a Flax loop on a loaded machine began 0.2 s into it, and
+                        # its window was 5 s of the first step's compilation). Its trace,
+                        # now of steps, is set aside when it closes, as when steps begin
+                        # after it: the run gets a window of steady steps.
+                        self.steps_in_time_window_ns = now
                     self.window_first = index
                     self._enter_step_annotation(index, step_num)
                     return
@@ -357,10 +364,16 @@ class _Capture(_EarlyTrace):
             source = self.chosen = _Source(SOURCE_TIME, "time", detail)
             if not self._start_trace():
                 return
+            started_ns = self.trace_start_ns
         stop.wait(float(self.config["duration_s"]))
         with self.lock:
-            if self.phase != _TRACING or self.chosen is not source:
-                # Ended already: steps began inside it (and may have a window open now).
+            # Not this window's trace any more: steps that began inside it chose another source,
+            # or closed it, set it aside and opened their own since.
+            if (
+                self.phase != _TRACING
+                or self.chosen is not source
+                or self.trace_start_ns != started_ns
+            ):
                 return
             self.window_complete = True
             self._stop_trace()
@@ -379,7 +392,7 @@ class _Capture(_EarlyTrace):
         chosen = self.chosen
         return (
             chosen is not None
-            and chosen.kind == SOURCE_TIME
+            and (chosen.kind == SOURCE_TIME or self.steps_in_time_window_ns is not None)
             and self.timing is None
             and not self.stopped_by_us
             and bool(self.trace_files)
@@ -395,11 +408,15 @@ class _Capture(_EarlyTrace):
             with contextlib.suppress(OSError):
                 pathlib.Path(self.config["run_dir"], name).replace(aside / name)
         self.time_aside = (str(aside), list(self.trace_files))
-        waited = (now - self.script_start_ns) / 1e9
+        began = self.steps_in_time_window_ns
+        if began is not None:
+            when = "inside"
+        waited = ((began or now) - self.script_start_ns) / 1e9
         self.notes.append(
             f"steps began {waited:.0f} s after the script started, {when} the time window "
             "(--delay): its trace was set aside for a window of steps"
         )
+        self.steps_in_time_window_ns = None
         self.trace_files = []
         self.chosen = None
         self.phase = _WAITING

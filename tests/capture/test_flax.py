@@ -1,0 +1,108 @@
+"""A Flax NNX training loop as a real client (issue 31): default captures follow its steps
+and give the right verdict and worker count, against truth measured without any profiler.
+
+The loop is ``scripts/flax_nnx_loop.py`` (an ``nnx.Module`` MLP, ``nnx.Optimizer`` over
+optax, an ``@nnx.jit`` step, a Grain ``MapDataset`` pipeline with ``mp_prefetch``); its
+configurations and their measured step times: ``sample_traces/frameworks/flax_measure.py``
+and ``flax_MEASUREMENTS.md`` there. Needs Flax: ``nox -s flax`` makes that environment and
+runs this file (with TRACEINSPECT_FLAX=require, so a broken install fails instead of
+skipping). Elsewhere it skips: ``pytest -m 'not flax'`` leaves it out by name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from capture_helpers import REPO, SCRIPTS, read_sidecar
+
+import traceinspect
+from traceinspect.analysis.result import Analysis
+from traceinspect.capture import CaptureOptions, run_capture
+
+pytestmark = [pytest.mark.slow, pytest.mark.flax]
+
+LOOP = SCRIPTS / "flax_nnx_loop.py"
+MEASURE = REPO / "sample_traces" / "frameworks" / "flax_measure.py"
+# Enough for the default window once the run is steady, on a loaded machine too (~15-25 s a
+# capture): 200 steps on a 2-core machine running 6x over its cores never got steady.
+STEPS = 300
+TRUTH_STEPS = 120
+# Within this of the best measured step, a worker count is as good as the best (MaxText's).
+WITHIN = 0.15
+
+
+@pytest.fixture(scope="module")
+def measure() -> Iterator[ModuleType]:
+    if importlib.util.find_spec("flax") is None:
+        if os.environ.get("TRACEINSPECT_FLAX") == "require":
+            pytest.fail("Flax is not importable in the environment this test must run in")
+        pytest.skip("Flax is not installed here: `nox -s flax` runs this test")
+    spec = importlib.util.spec_from_file_location("flax_measure", MEASURE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+
+
+def _capture(tmp_path: Path, flags: tuple[str, ...]) -> tuple[Analysis, dict[str, Any]]:
+    """A default capture (no option but the log folder) of the loop, and its sidecar."""
+    command = [sys.executable, str(LOOP), *flags, "--steps", str(STEPS)]
+    result = run_capture(command, CaptureOptions(logdir=str(tmp_path), quiet=True))
+    assert result.exit_code == 0, result.summary()
+    sidecar = read_sidecar(result)
+    # Capture followed the loop's steps (one a Grain batch) to a steady window.
+    assert sidecar["step_source"] == "grain", sidecar["step_source_detail"]
+    assert sidecar["steps_seen"] == STEPS
+    window = sidecar["window"]
+    assert window["rule"] == "steady" and window["complete"], window
+    assert window["first_step"] > 0, window
+    return traceinspect.analyze(traceinspect.load(result.run_dir, use_cache=False)), sidecar
+
+
+def test_cheap_input_is_device_bound(measure: ModuleType, tmp_path: Path) -> None:
+    analysis, _ = _capture(tmp_path, measure.CONFIGS["cheap-w1"])
+    assert analysis.verdict == "device-bound", analysis.summary
+
+
+def test_a_per_step_loss_read_is_sync_bound(measure: ModuleType, tmp_path: Path) -> None:
+    analysis, _ = _capture(tmp_path, measure.CONFIGS["read"])
+    assert analysis.verdict == "sync-bound", analysis.summary
+    line = next(
+        n
+        for n, text in enumerate(LOOP.read_text(encoding="utf-8").splitlines(), 1)
+        if "float(loss)" in text and "value =" in text
+    )
+    assert analysis.sync_sites[0] == f"float() at flax_nnx_loop.py:{line} train", (
+        analysis.sync_sites
+    )
+
+
+def test_slow_input_is_input_bound_with_a_worker_count_near_the_knee(
+    measure: ModuleType, tmp_path: Path
+) -> None:
+    # 1 worker once (the premise holds by ~80%); 2-4 best of 3, interleaved: a run on this
+    # shared machine is only ever slowed by others, and best of 2 put 3 workers 16% over 4
+    # in one run (25.95 against 22.30 ms) where another had them within 10%.
+    timed = measure.measure(["slow-w1"], TRUTH_STEPS, 1)
+    timed |= measure.measure(["slow-w2", "slow-w3", "slow-w4"], TRUTH_STEPS, 3)
+    truth = {int(name[-1]): min(ms) for name, ms in timed.items()}
+    best = min(truth.values())
+    knee = measure.knee(truth, WITHIN)
+    # The premise: one worker holds the step back.
+    assert truth[1] > best * (1 + WITHIN), truth
+
+    analysis, _ = _capture(tmp_path, measure.CONFIGS["slow-w1"])
+    assert analysis.verdict == "input-bound", analysis.summary
+    (rec,) = [r for r in analysis.recommendations if r.kind == "grain_worker_count"]
+    # As MaxText's test: at most the knee + 2, and a count whose measured step is as good
+    # as the best (within WITHIN) where fewer than the knee.
+    assert rec.value is not None and rec.value <= knee + 2, (rec, truth)
+    if rec.value < knee:
+        assert truth[rec.value] <= best * (1 + WITHIN), (rec.value, truth)
