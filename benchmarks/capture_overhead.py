@@ -111,7 +111,7 @@ def _run_mode(mode: str, steps: int, hidden: int, workdir: Path) -> float:
             skip_steps=WARMUP if traced else WARMUP + steps + 10,
             steps=steps,
             host_tracer_level=1 if mode == "traced-l1" else 2,
-            sample_interval_ms=0.0 if mode == "traced-nosampler" else 5.0,
+            **({"sample_interval_ms": 0.0} if mode == "traced-nosampler" else {}),
             quiet=True,
         )
         result = run_capture(command, options)

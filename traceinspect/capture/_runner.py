@@ -62,7 +62,7 @@ class CaptureOptions:
     workers: int | None = None
     grain_worker_profiling: bool = True
     #: How often the training thread's Python stack is sampled while tracing (0: never).
-    sample_interval_ms: float = 5.0
+    sample_interval_ms: float = 20.0
     quiet: bool = False
     #: The script's stdout goes to this process's stderr (``capture --json``: stdout holds
     #: the JSON alone).

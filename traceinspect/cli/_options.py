@@ -349,7 +349,7 @@ class ProfilerSettings:
     python_tracer: bool
     device_tracer_level: int
     grain_worker_profiling: bool
-    sample_interval_ms: float = 5.0
+    sample_interval_ms: float = 20.0
 
     def capture_kwargs(self) -> dict[str, Any]:
         """As keyword arguments of :class:`traceinspect.capture.CaptureOptions`."""
@@ -438,7 +438,7 @@ def _profiler_options(func: F, attach: bool) -> F:
         click.option(
             "--sample-interval-ms",
             type=click.FloatRange(min=0.0),
-            default=5.0,
+            default=20.0,
             show_default=True,
             help="Look at the training thread's Python stack this often while tracing, to "
             "name the loop's own untraced code by file:line (0: off).",

@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from traceinspect.sidecar import StackSamplesJSON
 
-#: Seconds between looks while the trace is on: ~200 a second, coarse next to a 10 ms step's
-#: parts but enough to name any stretch of host time that matters (a few ms and up).
-INTERVAL_S = 0.005
+#: Seconds between looks while the trace is on: 50 a second, coarse next to a 10 ms step's
+#: parts, but over a window of tens of steps enough to name any stretch of host time that
+#: matters (a few ms a step and up); every 5 ms cost a ~5 ms step 6-10% (GIL hand-overs on
+#: two cores shared with XLA's threads), every 20 ms much less (benchmarks/README.md).
+INTERVAL_S = 0.02
 #: Seconds between checks of whether the trace is on, while it is not.
 IDLE_INTERVAL_S = 0.05
-#: Looks kept at most (~4 min of tracing at the default interval): the sidecar stays small.
+#: Looks kept at most (~17 min of tracing at the default interval): the sidecar stays small.
 MAX_SAMPLES = 50_000
 #: Frames walked from the innermost outwards to find the user's.
 _DEPTH = 48
