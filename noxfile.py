@@ -170,15 +170,7 @@ def keras(session: nox.Session) -> None:
     session.install("-e", ".[test]", "keras", "jax", "jaxlib", "grain")
     _versions(session)
     session.run("python", "-c", "import keras; print('keras', keras.__version__)")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "tests/capture/test_keras.py",
-        *session.posargs,
-        env={"TRACEINSPECT_KERAS": "require"},
-    )
+    _framework_tests(session, "keras")
 
 
 @nox.session(python="3.12")
@@ -188,14 +180,20 @@ def flax(session: nox.Session) -> None:
     session.install("-e", ".[capture,test]", "flax")
     _versions(session)
     session.run("python", "-c", "import flax; print('flax', flax.__version__)")
+    _framework_tests(session, "flax")
+
+
+def _framework_tests(session: nox.Session, name: str) -> None:
+    """A framework's tests (tests/capture/test_NAME.py), told to fail rather than skip where
+    the framework does not import (TRACEINSPECT_NAME=require)."""
     session.run(
         "python",
         "-m",
         "pytest",
         "-q",
-        "tests/capture/test_flax.py",
+        f"tests/capture/test_{name}.py",
         *session.posargs,
-        env={"TRACEINSPECT_FLAX": "require"},
+        env={f"TRACEINSPECT_{name.upper()}": "require"},
     )
 
 

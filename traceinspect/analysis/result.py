@@ -99,6 +99,10 @@ class Recommendation:
             out["reason"] = self.reason
             out["expected_step_ms"] = self.expected_step_ms
             out["bounded_by"] = self.bounded_by
+        elif self.expected_step_ms is not None:
+            # remove_sync, recurring_stall, host_callback, the loop's own code: the step
+            # expected once the advice is followed.
+            out["expected_step_ms"] = self.expected_step_ms
         if self.measured is not None:
             out["measured"] = self.measured
         if self.stage is not None:
