@@ -11,10 +11,11 @@ Each may be local or behind a URL (``gs://bucket/logdir``, see :mod:`traceinspec
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from traceinspect.errors import AmbiguousRunError, TraceNotFoundError
 from traceinspect.xplane import fs
@@ -123,6 +124,22 @@ def _location(run: Run) -> str:
     return str(run.path.parent)
 
 
+def _why_missing(p: object) -> str:
+    """What is there instead of a file or a directory: nothing, a link to nothing, or a link
+    that leads back to itself."""
+    if not isinstance(p, Path) or not p.is_symlink():
+        return "no such file or directory"
+    try:
+        p.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 says a loop so
+        return "a symbolic link that loops back to itself"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that loops back to itself"
+        return f"a symbolic link to {p.readlink()}, which does not exist"
+    return "no such file or directory"
+
+
 def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Located:
     """Resolve ``path`` (a file, a run directory or a log directory) to one run.
 
@@ -135,7 +152,7 @@ def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Lo
     probed = fs.probe(p)
     if probed is None:
         raise TraceNotFoundError(
-            f"{p}: no such file or directory. Pass a *.xplane.pb file, a run directory "
+            f"{p}: {_why_missing(p)}. Pass a *.xplane.pb file, a run directory "
             "or a TensorBoard log directory (for example ./traceinspect_logs).",
             path=p,
         )
@@ -144,6 +161,12 @@ def locate(path: str | os.PathLike[str] | URLPath, run: str | None = None) -> Lo
         single = Run(name=p.parent.name, path=p.parent, files=(hf,))
         return Located(requested=p, run=single, all_runs=(single,), chose_newest=False)
     runs = find_runs(p)
+    if not runs and isinstance(p, Path) and not os.access(p, os.R_OK | os.X_OK):
+        raise TraceNotFoundError(
+            f"{p}: the directory cannot be read (permission denied). Read it as a user who "
+            "may, or copy the run somewhere readable.",
+            path=p,
+        )
     if not runs:
         raise TraceNotFoundError(
             f"{p}: no *.xplane.pb file in this directory or below it. Capture one with "
