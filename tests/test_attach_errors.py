@@ -142,6 +142,29 @@ def test_client_failures_read_as_one_line() -> None:
     )
 
 
+def test_an_http_server_or_a_silent_port_is_named() -> None:
+    """What XProf's client logged against `python -m http.server` (jaxlib 0.10.2), and a port
+    that accepts the connection but never replies."""
+    empty = {
+        "error": "RuntimeError",
+        "detail": "UNAVAILABLE: No trace event was collected because there were no responses "
+        "from clients or the responses did not have trace data.",
+    }
+    http = (
+        "E0000 profiler_client.cc:213] UNAVAILABLE: failed to connect to all addresses; last "
+        "error: UNAVAILABLE: ipv4:127.0.0.1:18766: Failed parsing HTTP/2 (Expected SETTINGS "
+        "frame as the first frame, got frame type 79)\n"
+    )
+    assert _client_error(("127.0.0.1:18766",), empty, http) == (
+        "127.0.0.1:18766: an HTTP server answers there, not a profiler server (wrong port?): "
+        "give the port the job passed to jax.profiler.start_server"
+    )
+    silent = {"error": "RuntimeError", "detail": "DEADLINE_EXCEEDED: Deadline Exceeded"}
+    assert _client_error(("h:1",), silent, "").startswith(
+        "h:1: the port took the connection but never answered"
+    )
+
+
 def test_addresses_are_checked() -> None:
     assert parse_addresses("grpc://h1:1, h2:2") == ("h1:1", "h2:2")
     with pytest.raises(Exception, match="names the same address twice"):

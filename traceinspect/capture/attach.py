@@ -219,6 +219,18 @@ def _client_error(addresses: tuple[str, ...], result: dict[str, str], log: str) 
     failed = dict(re.findall(r"(\S+:\d+) returned ([A-Z_]+:[^\n]*)", log))
     if failed:
         where = ", ".join(failed)
+    if re.search(r"Failed parsing HTTP/2|http1\.x server", detail):
+        # An HTTP/1 server (a web server, a notebook, TensorBoard's page) on the port.
+        return (
+            f"{where}: an HTTP server answers there, not a profiler server (wrong port?): give "
+            "the port the job passed to jax.profiler.start_server"
+        )
+    if re.search(r"DEADLINE_EXCEEDED|Deadline Exceeded", detail):
+        return (
+            f"{where}: the port took the connection but never answered within the trace's "
+            "time (wrong port, or a stuck process?): give the port the job passed to "
+            "jax.profiler.start_server"
+        )
     if re.search(r"UNIMPLEMENTED|http2 header with status", detail):
         return (
             f"{where}: something answers there, but not a profiler server (wrong port?): give "
