@@ -84,7 +84,9 @@ def test_every_format_takes_such_names(broken: Path, tmp_path: Path) -> None:
     assert "\\\\xc3" in text and "\\udc" not in text
     code, out, err = _cli("events", str(broken), "--format", "csv")
     assert code == 0, err
-    assert "raw\\xff" in out and "\\xe2\\x82" in out
+    # (Python 3.10's csv writes a NUL only escaped, with a backslash: other backslashes double.)
+    unescaped = out.replace("\\\\", "\\") if sys.version_info < (3, 11) else out
+    assert "raw\\xff" in unescaped and "\\xe2\\x82" in unescaped
     code, out, err = _cli("events", str(broken), "--format", "json")
     assert code == 0, err
     values = [v for row in json.loads(out) for v in row.values()]

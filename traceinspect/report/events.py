@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,13 @@ def render_events(
     if fmt == "table":
         return Rendered(_table(trace, frame), note)
     if fmt == "csv":
-        return Rendered(frame.to_csv(), note)
+        try:
+            return Rendered(frame.to_csv(), note)
+        except csv.Error:
+            # Python 3.10's csv cannot write a NUL character (a name holding one) without an
+            # escape character ("need to escape"): a backslash then, which doubles the
+            # backslashes of other names too.
+            return Rendered(frame.to_csv(escapechar="\\"), note)
     if fmt == "json":
         records = frame.reset_index()  # keep event_row, the key into event_stats
         return Rendered(records.to_json(orient="records", indent=1, default_handler=str), note)
