@@ -47,9 +47,11 @@ STALL_FACTOR = 3.0
 #: ... and at least this much more (ns): a 0.3 ms step three times a 0.1 ms one is noise.
 STALL_MIN_NS = 2_000_000
 #: Occurrences needed to call a stall recurring.
-MIN_OCCURRENCES = 3
+MIN_OCCURRENCES = 4
 #: The share of a lattice's steps that must be stalls.
-PERIOD_AGREEMENT = 0.6
+PERIOD_AGREEMENT = 0.75
+#: How many stalls ahead the spacings that may be the period are taken from.
+_AHEAD = 4
 #: Steps at the run's start left out: step 0 compiles, step 1 may still.
 SKIP_FIRST = 2
 
@@ -123,7 +125,10 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     # profiler writing, a busy machine) fall off it; a multiple of the period holds fewer
     # stalls, a divisor of it too few of its steps.
     best: tuple[int, int, int] | None = None  # (stalls on it, period, phase)
-    for period in sorted({int(d) for d in np.diff(at) if d >= 2}):
+    # Candidate periods: the spacings between each stall and the next few (a slow step off
+    # the lattice may fall between two stalls on it).
+    spacings = {int(d) for k in range(1, _AHEAD + 1) for d in (at[k:] - at[:-k]) if d >= 2}
+    for period in sorted(spacings):
         for phase in sorted({int(i) % period for i in at}):
             on = index % period == phase
             hits = int(np.count_nonzero(stall & on))
