@@ -400,10 +400,15 @@ def _callback_verdict(verdict: _Verdict, fractions: dict[str, float], share: flo
     """Host callbacks inside the jitted step that take more of the step than any cause of idle
     time (other than the host's, which on a GPU is where their idle time goes) make the run
     host-bound: on the CPU backend the device even reads busy meanwhile."""
-    others = max(fractions[c] for c in VERDICTS if c != "host")
-    if share <= others:
+    if share <= _largest_but_host(fractions):
         return verdict
     return _Verdict("host-bound", "callback", verdict.occasional_sync, verdict.sync_steps)
+
+
+def _largest_but_host(fractions: dict[str, float]) -> float:
+    """The largest share of step time of a cause other than the host's (where a callback's
+    or a stall's own idle time goes), which a run-level cause must beat to be the verdict."""
+    return max(fractions[c] for c in VERDICTS if c != "host")
 
 
 def _callback_what(callbacks: Callbacks) -> str:
@@ -483,8 +488,7 @@ def _stall_verdict(
 ) -> _Verdict:
     """The run is judged by its stall when the stall costs more of the run's step time than
     any cause does inside the window (a 20-step window may hold one occurrence or none)."""
-    others = max(fractions[c] for c in VERDICTS if c != "host") if VERDICTS else 0.0
-    if stall.share <= others:
+    if stall.share <= _largest_but_host(fractions):
         return verdict
     return _Verdict(_STALL_VERDICT[nature.kind], "stall", False, verdict.sync_steps)
 
