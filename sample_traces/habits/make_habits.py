@@ -3,7 +3,8 @@
 The scenario family's loop (``scenarios/family/train_family.py``) on a light Grain pipeline
 (2 workers, far faster than the step) with one habit each: synchronous checkpoints at two
 periods (one longer than the default 20-step window) and a rare cheap one, the loop's own
-waiting, a host callback, an evaluation every 20 steps, and per-step reads in two spellings.
+waiting and CPU work, a host callback, an evaluation every 20 steps, and per-step reads in four
+spellings.
 Run from the repository root, on a quiet machine::
 
     python sample_traces/habits/make_habits.py --out sample_traces/habits/verify-3.11.json
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -47,9 +49,12 @@ CONFIGS: dict[str, tuple[list[str], str, str]] = {
         "healthy",
     ),
     "host_wait14": ([*LIGHT, "--host-wait-ms", "14"], "host-bound", "healthy"),
+    "host_cpu10": ([*LIGHT, "--host-cpu-ms", "10"], "host-bound", "healthy"),
     "callback6": ([*LIGHT, "--callback-ms", "6"], "host-bound", "healthy"),
     "eval20": ([*LIGHT, "--eval-every", "20"], "device-bound", "healthy"),
+    "read_float_w0": (read_w0("float"), "sync-bound", "read_none_w0"),
     "read_item_w0": (read_w0("item"), "sync-bound", "read_none_w0"),
+    "read_device_get_w0": (read_w0("device_get"), "sync-bound", "read_none_w0"),
     "read_asarray_w0": (read_w0("asarray"), "sync-bound", "read_none_w0"),
 }
 BASELINES = {"healthy": LIGHT, "read_none_w0": read_w0("none")}
@@ -86,6 +91,7 @@ def capture_and_analyze(args: list[str], steps: int) -> dict[str, Any]:
     first = (result.get("recommendations") or [{}])[0]
     stall = result.get("recurring_stall")
     return {
+        "load_1min": round(os.getloadavg()[0], 2),
         "verdict": result["verdict"],
         "summary": result["summary"],
         "first_advice": first.get("kind"),
@@ -107,10 +113,15 @@ def main() -> None:
     for r in range(args.truth):
         for name, (cli, steps) in todo.items():
             runs.setdefault(name, []).append(round(truth_ms(cli, steps), 3))
-            print(f"truth {r + 1}/{args.truth} {name}: {runs[name][-1]:.2f} ms", flush=True)
+            load = os.getloadavg()[0]
+            print(
+                f"truth {r + 1}/{args.truth} {name}: {runs[name][-1]:.2f} ms (load {load:.2f})",
+                flush=True,
+            )
     best = {n: min(v) for n, v in runs.items()}
     record: dict[str, Any] = {
         "stack": {"python": platform.python_version(), **_versions()},
+        "cpus": os.cpu_count(),
         "figure": f"mean host step ms from step {WARMUP} to the drained end, best of runs",
         "truth_ms": runs,
         "configs": {},
