@@ -78,6 +78,14 @@ def test_breakdowns_side_by_side_on_one_y_axis_show_every_bar_whole(
         plt.close(fig)
 
 
+def test_the_longest_host_bar_has_room_beside_it() -> None:
+    pod = traceinspect.analyze_run(ROOT / "sample_traces/pod/straggler", jobs=1)
+    ax: Any = traceinspect.plot_hosts(pod)
+    longest = max(p.get_x() + p.get_width() for p in ax.patches)
+    left, right = ax.get_xlim()
+    assert left == 0 and longest <= right / 1.03
+
+
 def test_the_gap_plot_says_why_its_totals_differ_from_the_idle_table(
     sample: tuple[Any, Any],
 ) -> None:
