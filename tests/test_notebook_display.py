@@ -103,6 +103,10 @@ def test_an_analysis_shows_its_verdict_gaps_and_a_small_timeline() -> None:
     (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     data = base64.b64decode(png)
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 60_000
+    # Its alt text says what this run's timeline shows.
+    (alt,) = re.findall(r'<img [^>]*alt="([^"]+)"', html)
+    assert alt.startswith("Timeline of the device (busy in grey, idle time hatched in its ")
+    assert alt.endswith(". Device idle 39% of step time, mostly sync (33%): steps 43-45")
     # A pod's compact per-host results keep no timeline: the summary goes without.
     host = traceinspect.analyze_run(REPO / "sample_traces/pod/straggler", jobs=1).analyses["host2"]
     assert host.timeline is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -98,3 +100,51 @@ def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Results still show as HTML where the saved notebook shows it: traceinspect registers
     # the report layer's HTML with the kernel's formatter (the objects have no _repr_html_).
     assert html_cells(nb) == saved_html
+
+
+def _plot_cells(nb: Any) -> list[Any]:
+    return [
+        cell
+        for cell in nb.cells
+        if any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
+    ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_plot_has_alt_text(path: Path) -> None:
+    """The cell's ``alt`` metadata, which docs/hooks.py puts on the page's image: a
+    description of that plot (what its axes and marks show), not nbconvert's default."""
+    cells = _plot_cells(nbformat.read(path, as_version=4))
+    alts = [cell.metadata.get("alt", "") for cell in cells]
+    assert all(len(alt) > 120 for alt in alts), alts
+    assert len(set(alts)) == len(alts)
+    assert not any("No description" in alt for alt in alts)
+    # One image a cell: the hook pairs images with cells in order.
+    assert all(len(cell.outputs) == 1 for cell in cells)
+
+
+def test_the_notebooks_are_numbered_as_their_files_in_titles_and_nav() -> None:
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    (section,) = [entry["Notebooks"] for entry in config["nav"] if "Notebooks" in entry]
+    nav = [next(iter(entry.items())) for entry in section]
+    assert [target for _, target in nav] == [f"notebooks/{p.name}" for p in NOTEBOOKS]
+    for (title, _), path in zip(nav, NOTEBOOKS, strict=True):
+        number = path.name[:2]
+        assert title.startswith(f"{number} · "), title
+        heading = nbformat.read(path, as_version=4).cells[0].source.splitlines()[0]
+        assert heading.startswith(f"# {number} · "), heading
+
+
+def test_the_docs_hook_gives_each_plot_its_cells_alt_text() -> None:
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("hooks", REPO / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    alts = [cell.metadata["alt"] for cell in _plot_cells(nb)]
+    page = "".join(f'<img src="data:{i}" {hooks.DEFAULT_ALT}>' for i in range(len(alts)))
+    out = hooks.with_alt_text(page, nb, "01_tour.ipynb")
+    assert hooks.DEFAULT_ALT not in out and out.count("<img ") == len(alts)
+    assert all(f'alt="{html.escape(alt, quote=True)}"' in out for alt in alts)

@@ -8,6 +8,7 @@ import itertools
 from typing import Any
 
 import pytest
+from traces import ROOT
 
 import traceinspect
 from traceinspect.analysis.analyze import analyze
@@ -56,6 +57,33 @@ def test_the_tallest_bar_has_room_above_it(sample: tuple[Any, Any]) -> None:
     ax.figure.canvas.draw()
     axes_top = ax.get_window_extent(renderer).y1
     assert max(p.get_window_extent(renderer).y1 for p in ax.patches) < axes_top - 5
+
+
+def test_breakdowns_side_by_side_on_one_y_axis_show_every_bar_whole(
+    sample: tuple[Any, Any],
+) -> None:
+    """Before and after with sharey (notebooks/02): the shorter run's plot, drawn second,
+    does not cut the taller run's bars off."""
+    import matplotlib.pyplot as plt
+
+    healthy = analyze(traceinspect.load(ROOT / "sample_traces/scenarios/healthy", use_cache=False))
+    fig, axes = plt.subplots(1, 2, sharey=True)
+    try:
+        plot_step_breakdown(sample[1], ax=axes[0])
+        plot_step_breakdown(healthy, ax=axes[1])
+        tallest = max(p.get_y() + p.get_height() for ax in axes for p in ax.patches)
+        assert tallest <= axes[0].get_ylim()[1] / 1.05
+        assert axes[0].get_ylim() == axes[1].get_ylim() and axes[0].get_ylim()[0] == 0
+    finally:
+        plt.close(fig)
+
+
+def test_the_longest_host_bar_has_room_beside_it() -> None:
+    pod = traceinspect.analyze_run(ROOT / "sample_traces/pod/straggler", jobs=1)
+    ax: Any = traceinspect.plot_hosts(pod)
+    longest = max(p.get_x() + p.get_width() for p in ax.patches)
+    left, right = ax.get_xlim()
+    assert left == 0 and longest <= right / 1.03
 
 
 def test_the_gap_plot_says_why_its_totals_differ_from_the_idle_table(

@@ -1,10 +1,15 @@
-"""`traceinspect -v`: how the answer was reached, on stderr (the library only logs)."""
+"""`-v`: how the answer was reached, on stderr (the library only logs); before or after the
+command's name, one meaning."""
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
+from pathlib import Path
 
+import click
+import pytest
 from click.testing import CliRunner
 
 from traceinspect.cli import main
@@ -39,3 +44,70 @@ def test_a_kept_answer_says_so() -> None:
     result = CliRunner().invoke(main, ["-v", "analyze", SAMPLE])
     assert result.exit_code == 0
     assert "traceinspect: printing the answer kept from an earlier analyze" in result.stderr
+
+
+def _commands() -> list[str]:
+    ctx = click.Context(main)
+    return main.list_commands(ctx)
+
+
+@pytest.mark.parametrize("name", _commands())
+def test_every_command_takes_verbose_as_the_group_does(name: str) -> None:
+    """-v after the command's name means what it means before it (one definition)."""
+    command = main.get_command(click.Context(main), name)
+    assert command is not None
+    (option,) = [p for p in command.params if "-v" in getattr(p, "opts", ())]
+    (group,) = [p for p in main.params if "-v" in getattr(p, "opts", ())]
+    assert isinstance(option, click.Option) and isinstance(group, click.Option)
+    assert option.opts == group.opts == ["-v", "--verbose"]
+    assert option.count and option.callback is group.callback and option.help == group.help
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-v", "analyze", SAMPLE], ["analyze", SAMPLE, "-v"], ["analyze", "--verbose", SAMPLE]],
+)
+def test_verbose_before_or_after_the_command(args: list[str]) -> None:
+    result = CliRunner().invoke(main, [*args, "--no-cache", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "sync-bound"
+    assert "traceinspect: verdict sync-bound: " in result.stderr
+    assert " run(s); reading the newest" not in result.stderr  # that detail is -vv's
+    logger = logging.getLogger("traceinspect")
+    assert logger.handlers == [] and logger.level == logging.NOTSET
+
+
+@pytest.mark.parametrize(
+    "args", [["-vv", "info", SAMPLE], ["info", SAMPLE, "-vv"], ["-v", "info", SAMPLE, "-v"]]
+)
+def test_vv_anywhere_adds_the_details_with_one_handler(args: list[str], tmp_path: Path) -> None:
+    for run in ("2024_01_01_00_00_00", "2024_01_02_00_00_00"):  # -vv says which was read
+        (tmp_path / "plugins/profile" / run).mkdir(parents=True)
+        shutil.copy(sample_path(), tmp_path / "plugins/profile" / run)
+    result = CliRunner().invoke(main, [str(tmp_path) if a == SAMPLE else a for a in args])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len([line for line in lines if line.startswith("traceinspect: read ")]) == 1
+    assert [line for line in lines if " run(s); reading the newest, " in line]
+    assert logging.getLogger("traceinspect").handlers == []
+
+
+def test_verbose_handler_goes_when_the_command_line_is_wrong() -> None:
+    result = CliRunner().invoke(main, ["analyze", SAMPLE, "-v", "--no-such-option"])
+    assert result.exit_code == 2
+    logger = logging.getLogger("traceinspect")
+    assert logger.handlers == [] and logger.level == logging.NOTSET
+
+
+def test_after_capture_the_scripts_own_v_is_the_scripts() -> None:
+    """capture stops reading its options at the script: a -v there is the script's."""
+    from traceinspect.cli.capture import capture
+
+    # Under the group's context, as the CLI runs it: Click keeps the first help option it
+    # makes for a command (a bare context's would be --help alone, not -h, --help).
+    with click.Context(main, **main.context_settings) as parent:
+        args = ["-v", "--", "python", "train.py", "-v"]
+        ctx = capture.make_context("capture", args, parent=parent)
+        assert ctx.meta["traceinspect.verbose"] == 1
+        assert ctx.params["command"] == ("python", "train.py", "-v")
+    assert logging.getLogger("traceinspect").handlers == []

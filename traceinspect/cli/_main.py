@@ -6,14 +6,13 @@ import atexit
 import gc
 import importlib
 import json
-import logging
 import sys
 from typing import Any
 
 import click
 
 from traceinspect._version import __version__
-from traceinspect.cli._options import JSON_MODE
+from traceinspect.cli._options import JSON_MODE, verbose_option
 from traceinspect.errors import TraceInspectError
 
 # Each command's module, imported only when that command runs (or help lists it): a
@@ -99,34 +98,10 @@ class _Group(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-def _log_to_stderr(verbose: int) -> None:
-    """-v: traceinspect's log records (how the answer was reached) on stderr; -vv: with the
-    details too. Only the CLI configures logging; the library only logs."""
-    logger = logging.getLogger("traceinspect")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("traceinspect: %(message)s"))
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
-
-    def stop() -> None:
-        # In-process callers (tests, `traceinspect mcp`) go on after the command.
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-    click.get_current_context().call_on_close(stop)
-
-
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceinspect")
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Say on stderr how the answer was reached: the files read, a kept answer used, "
-    "the verdict's reasoning (-vv: more detail). Before the command: traceinspect -v analyze.",
-)
-def main(verbose: int) -> None:
+@verbose_option
+def main() -> None:
     """Find out why your accelerator sits idle.
 
     Read jax.profiler (XPlane) traces into pandas frames, capture new ones from a
@@ -150,8 +125,6 @@ def main(verbose: int) -> None:
       130  interrupted (Ctrl-C)
     capture ends with the script's own exit code once the script ran.
     """
-    if verbose:
-        _log_to_stderr(verbose)
 
 
 def run() -> None:

@@ -6,6 +6,7 @@ import bisect
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -263,6 +264,49 @@ def json_flag(help_text: str = JSON_HELP) -> Callable[[F], F]:
 
 def json_option(func: F) -> F:
     return json_flag()(func)
+
+
+#: ``ctx.meta`` key: how many ``-v`` were given so far, before and after the command together.
+VERBOSE = "traceinspect.verbose"
+
+
+def _log_to_stderr(ctx: click.Context, param: click.Parameter, count: int) -> int:
+    """-v: traceinspect's log records (how the answer was reached) on stderr; -vv: with the
+    details too. The group's ``-v`` and the command's add up (``traceinspect -v analyze X -v``
+    is -vv). Only the CLI configures logging; the library only logs."""
+    if not count:
+        return count
+    logger = logging.getLogger("traceinspect")
+    if VERBOSE not in ctx.meta:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("traceinspect: %(message)s"))
+        logger.addHandler(handler)
+        level = logger.level
+
+        def stop() -> None:
+            # In-process callers (tests, `traceinspect mcp`) go on after the command.
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+        # The root context closes even when the command's own arguments fail to parse.
+        ctx.find_root().call_on_close(stop)
+    ctx.meta[VERBOSE] = ctx.meta.get(VERBOSE, 0) + count
+    logger.setLevel(logging.INFO if ctx.meta[VERBOSE] == 1 else logging.DEBUG)
+    return count
+
+
+def verbose_option(func: F) -> F:
+    """``-v`` / ``--verbose``, one meaning on the group and on every command (before or after
+    the command's name); it configures logging itself, so commands take no parameter for it."""
+    return click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_log_to_stderr,
+        help="Say on stderr how the answer was reached: the files read, a kept answer used, "
+        "the verdict's reasoning (-vv: more detail). Before or after the command's name.",
+    )(func)
 
 
 def given(ctx: click.Context, name: str) -> bool:

@@ -16,6 +16,7 @@ from traceinspect.cli._options import (
     note_newest_run,
     refuse_unused,
     trace_input,
+    verbose_option,
     writing,
 )
 from traceinspect.cli._progress import StatusLine
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     "'local' for a local Dask cluster; needs traceinspect[distributed].",
 )
 @click.pass_context
+@verbose_option
 def analyze(
     ctx: click.Context,
     request: TraceRequest,

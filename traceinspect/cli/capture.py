@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.capture import CaptureOptions, CaptureProgress, CaptureResult, run_capture
-from traceinspect.cli._options import ProfilerSettings, capture_profiler_options, json_flag
+from traceinspect.cli._options import (
+    ProfilerSettings,
+    capture_profiler_options,
+    json_flag,
+    verbose_option,
+)
 from traceinspect.cli._progress import StatusLine, duration
 from traceinspect.errors import TraceInspectError
 
@@ -160,6 +165,7 @@ def progress_text(p: CaptureProgress) -> str:
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
+@verbose_option
 def capture(
     ctx: click.Context,
     *,

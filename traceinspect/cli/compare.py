@@ -6,7 +6,7 @@ import json
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option
+from traceinspect.cli._options import TraceRequest, json_option, verbose_option
 
 
 @click.command()
@@ -25,6 +25,7 @@ from traceinspect.cli._options import TraceRequest, json_option
 @click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @json_option
+@verbose_option
 def compare(
     before: str,
     after: str,

@@ -14,6 +14,7 @@ from traceinspect.cli._options import (
     json_flag,
     refuse_unused,
     trace_input,
+    verbose_option,
     window_option,
     writing,
 )
@@ -71,6 +72,7 @@ RENAMED = [
     help="Write to FILE instead of stdout.",
 )
 @click.pass_context
+@verbose_option
 def events(
     ctx: click.Context,
     request: TraceRequest,

@@ -15,6 +15,7 @@ from traceinspect.cli._options import (
     json_option,
     parse_range,
     trace_input,
+    verbose_option,
     window_option,
     writing,
 )
@@ -58,6 +59,7 @@ MAX_EVENTS = 1_000_000
 )
 @click.option("--host", metavar="NAME", help="Multi-host runs: the host to export.")
 @json_option
+@verbose_option
 def export(
     request: TraceRequest,
     output: Path | None,

@@ -6,7 +6,13 @@ import json
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, refuse_unused, trace_input
+from traceinspect.cli._options import (
+    TraceRequest,
+    json_option,
+    refuse_unused,
+    trace_input,
+    verbose_option,
+)
 
 
 @click.command()
@@ -16,6 +22,7 @@ from traceinspect.cli._options import TraceRequest, json_option, refuse_unused, 
     "--all-lines", is_flag=True, help="Also list lines that hold no events (--json has them all)."
 )
 @click.pass_context
+@verbose_option
 def info(
     ctx: click.Context,
     request: TraceRequest,

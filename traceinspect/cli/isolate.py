@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from traceinspect.cli._options import json_flag
+from traceinspect.cli._options import json_flag, verbose_option
 from traceinspect.cli._progress import is_terminal
 
 
@@ -67,6 +67,7 @@ def _progress(phase: str, index: int, total: int, attempt: int) -> None:
 )
 @json_flag()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@verbose_option
 def isolate(
     *,
     phase_timeout_s: float,

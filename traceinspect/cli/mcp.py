@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import click
 
+from traceinspect.cli._options import verbose_option
 from traceinspect.errors import TraceInspectError
 
 
 @click.command()
+@verbose_option
 def mcp() -> None:
     """Serve analyze, info, events, compare and attach to coding agents over MCP (stdio).
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from traceinspect.cli._options import json_option, refuse_unused
+from traceinspect.cli._options import json_option, refuse_unused, verbose_option
 from traceinspect.errors import UsageError
 
 # Package data (pyproject.toml: tool.setuptools.package-data), so a wheel has them too: each
@@ -91,6 +91,7 @@ def all_samples() -> list[dict[str, str | None]]:
 )
 @json_option
 @click.pass_context
+@verbose_option
 def sample(ctx: click.Context, name: str, list_all: bool, as_json: bool) -> None:
     """Print the path of a small trace shipped with traceinspect, to try the commands on.
 

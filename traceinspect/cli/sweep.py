@@ -13,6 +13,7 @@ from traceinspect.cli._options import (
     RenamingCommand,
     json_flag,
     profiler_options,
+    verbose_option,
 )
 from traceinspect.cli._progress import StatusLine, duration
 
@@ -140,6 +141,7 @@ class _Progress:
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
+@verbose_option
 def sweep(
     ctx: click.Context,
     *,

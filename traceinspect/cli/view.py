@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinspect.cli._options import TraceRequest, json_option, refuse_unused, trace_input
+from traceinspect.cli._options import (
+    TraceRequest,
+    json_option,
+    refuse_unused,
+    trace_input,
+    verbose_option,
+)
 from traceinspect.errors import AnalysisError, TraceInspectError
 
 if TYPE_CHECKING:
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
 @click.option("--host", metavar="NAME", help="Multi-host runs: list this host's gaps only.")
 @click.option("--no-analyze", is_flag=True, help="Only serve XProf; do not analyse the trace.")
 @click.pass_context
+@verbose_option
 def view(
     ctx: click.Context,
     request: TraceRequest,

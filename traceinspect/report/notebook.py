@@ -58,10 +58,13 @@ def timeline_img(a: Analysis, steps: int = NOTEBOOK_TIMELINE_STEPS) -> str:
     ax = _new_axes(9.0, 1.7 + 0.4 * max(1, len(a.devices)))
     draw_timeline(a, a.timeline, steps, ax)
     data = base64.b64encode(figure_png(_figure_of(ax), dpi=_TIMELINE_DPI)).decode("ascii")
-    return (
-        f'<img src="data:image/png;base64,{data}" style="max-width:100%" '
-        f'alt="timeline of {steps} steps: device busy and idle time by cause">'
+    # The alt text says what this run's picture shows: its title holds the finding and
+    # the steps drawn.
+    alt = (
+        "Timeline of the device (busy in grey, idle time hatched in its cause's colour) and "
+        f"of what the training thread was doing. {ax.get_title(loc='left')}"
     )
+    return f'<img src="data:image/png;base64,{data}" style="max-width:100%" alt="{escape(alt)}">'
 
 
 def _gap_rows(a: Analysis, top: int) -> str:

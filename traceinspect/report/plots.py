@@ -312,13 +312,22 @@ def plot_step_breakdown(analysis: Analysis, ax: Axes | None = None) -> Axes:
     handles = []
     for name, column, color in layers:
         heights = _ns_to_ms(per_step[column])
-        ax.bar(x, heights, bottom=bottom, width=0.8, color=color, label=name, linewidth=0)
+        bars = ax.bar(x, heights, bottom=bottom, width=0.8, color=color, label=name, linewidth=0)
+        for patch in bars:
+            # A stacked bar's own bottom is no edge of the data (an empty layer on top
+            # would stop the margin below at the tallest bar); 0 is.
+            patch.sticky_edges.y[:] = [0.0]
         bottom = bottom + heights
         if heights.any():
             label = "device busy" if name == "busy" else f"idle: {name}"
             handles.append(Patch(facecolor=color, label=label))
-    # Headroom above the tallest bar, so that it does not touch the top of the axes.
-    ax.set_ylim(0, float(bottom.max()) * 1.1 if len(bottom) and bottom.max() > 0 else 1.0)
+    # Headroom above the tallest bar, so that it does not touch the top of the axes: a
+    # margin, not a limit, so that axes sharing y (before and after side by side) still
+    # scale to the tallest bar of them all.
+    if len(bottom) and bottom.max() > 0:
+        ax.margins(y=0.1)
+    else:
+        ax.set_ylim(0, 1.0)
     # At most ~20 labelled steps, so long runs stay legible.
     every = max(1, int(np.ceil(len(x) / 20)))
     ax.set_xticks(x[::every], [str(s) for s in per_step[S.STEP].tolist()[::every]])

@@ -67,7 +67,7 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
     handles = []
     for j, (label, color, hatch) in enumerate(layers):
         width = values[:, j]
-        ax.barh(
+        bars = ax.barh(
             y,
             width,
             left=left,
@@ -77,6 +77,10 @@ def plot_hosts(pod: PodAnalysis, ax: Axes | None = None) -> Axes:
             hatch=hatch,
             linewidth=0,
         )
+        for patch in bars:
+            # A stacked bar's own left end is no edge of the data (an empty layer at the
+            # end would hold the longest bar against the right side of the axes); 0 is.
+            patch.sticky_edges.x[:] = [0.0]
         left = left + width
         if width.any():
             handles.append(
