@@ -97,6 +97,8 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
             )
             for line in g[S.EVIDENCE][i]:
                 out.append(f"      {line}")
+            if g[S.CAUSE_REASON][i] is not None:
+                out.append(f"      why: {g[S.CAUSE_REASON][i]}")
     out += findings_lines(a.findings, todo=tuple(r.message for r in a.recommendations))
     if a.recommendations:
         out.append("")

@@ -64,6 +64,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .chip { display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.4em;
         vertical-align: -0.1em; border-radius: 2px; }
 ul.evidence { margin: 0; padding-left: 1.1em; font-size: 0.92em; }
+p.why { margin: 0.2em 0 0; font-size: 0.92em; font-style: italic; }
 figure { margin: 1.2em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
@@ -154,12 +155,14 @@ def _gaps(a: Analysis, top: int) -> str:
     for g in gaps.itertuples():
         cause = str(g.cause)
         evidence = "".join(f"<li>{escape(str(line))}</li>" for line in g.evidence)
+        reason = getattr(g, S.CAUSE_REASON)
+        why = f'<p class="why">why: {escape(reason)}</p>' if isinstance(reason, str) else ""
         rows.append(
             f'<tr><td class="num">{int(g.step)}</td>'
             f'<td class="num">{float(g.start_ms):,.3f}</td>'
             f'<td class="num">{g.duration_ns / 1e6:,.3f}</td>'
             f"<td>{_chip(CAUSE_COLORS.get(cause, BUSY_COLOR))}{escape(cause)}</td>"
-            f'<td><ul class="evidence">{evidence}</ul></td></tr>'
+            f'<td><ul class="evidence">{evidence}</ul>{why}</td></tr>'
         )
     return (
         f"<p>The {len(gaps)} longest of {len(a.gaps)} gaps.</p>"
