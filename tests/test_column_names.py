@@ -25,6 +25,7 @@ WITH_UNITS = {
     S.DEVICE_WORK_NS,
     S.PERIOD_START_NS,
     S.AFTER_SYNC,
+    S.CAUSE_REASON,
     S.STEP_INDEX,
     S.START_MS,
     *(S.idle_cause_ns(c) for c in ("input", "sync", "compile", "host", "unknown")),

@@ -80,9 +80,67 @@ def test_worker_stages_are_shared_by_the_workers() -> None:
     assert st.to_dict() == {
         "dominant": "preprocessing",
         "ms_per_batch": st.ms_per_batch,
+        "ms_per_step": st.effective_ms,
         "where": st.where,
+        "parallel": {"read": 2, "preprocessing": 2, "batch": 2, "prefetch": 1, "transfer": 1},
     }
     assert "preprocessing (12.00 ms per batch in each of 2 worker(s))" in stage_advice(st)
+
+
+def test_read_threads_run_at_once_and_the_stages_per_step_add_up_to_the_step() -> None:
+    # The issue's run: one worker with 16 read threads, a slow map: 51.7 ms of thread time
+    # a batch (the threads' GIL waits included), 4.04 ms steps, 1.88 ms of device work.
+    # Per step the map costs 51.7 / 16 = 3.23 ms, not 51.7: the pipeline makes a batch
+    # every 3.23 ms, within the 4.04 ms step.
+    batches = 250
+    side = parse(
+        {
+            "grain": {
+                "worker_count": 1,
+                "read_threads": 16,
+                "stages": {
+                    "window_s": batches * 4.04e-3,
+                    "batches": batches,
+                    "seconds": {"workers": {"preprocessing": 51.7e-3 * batches}},
+                    "calls": {},
+                },
+            }
+        }
+    )
+    assert side is not None
+    st = input_stages(
+        side, input_wait_ns_per_step=0.5 * MS, transfer_ns_per_step=0, device_ns_per_step=1.88 * MS
+    )
+    assert st is not None and st.parallel is not None
+    assert st.ms_per_batch["preprocessing"] == 51.7
+    assert st.effective_ms["preprocessing"] == pytest.approx(51.7 / 16, abs=1e-3)
+    assert st.parallel["preprocessing"] == 16
+    assert st.pipeline_ms_per_step() == pytest.approx(3.23, abs=0.01)
+
+
+def test_threads_the_settings_do_not_show_are_read_off_the_measurement() -> None:
+    # No ReadOptions seen (Grain's default, 16 threads): 12 threads' worth of thread time
+    # over the window's wall time in the training process says 12 ran at once.
+    side = parse(
+        {
+            "grain": {
+                "worker_count": 0,
+                "stages": {
+                    "window_s": 1.0,
+                    "batches": 100,
+                    "seconds": {"threads": {"read": 12.0}},
+                    "calls": {},
+                },
+            }
+        }
+    )
+    assert side is not None
+    st = input_stages(
+        side, input_wait_ns_per_step=0, transfer_ns_per_step=0, device_ns_per_step=10 * MS
+    )
+    assert st is not None and st.parallel is not None
+    assert st.ms_per_batch["read"] == 120.0 and st.parallel["read"] == pytest.approx(12.0)
+    assert st.effective_ms["read"] == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize(("wait_ms", "dominant"), [(10.0, "preprocessing"), (11.0, "prefetch")])
@@ -226,10 +284,12 @@ def test_text_and_html_name_the_stages(sample: tuple[Trace, Analysis]) -> None:
     a = replace(plain, input_stages=_measured_stages())
     text = render_analysis(a)
     assert (
-        "Input     per batch: read 4.00 ms (workers), preprocessing 12.00 ms (workers), "
-        "batch 1.00 ms (workers), prefetch wait 7.00 ms, transfer 0.50 ms; "
-        "2 worker process(es): the largest share of a step is preprocessing "
-        "(6.00 ms against 3.00 ms of device work)"
+        "Input     per step: read 2.00 ms (4.00 ms a batch, 2 at once; workers), "
+        "preprocessing 6.00 ms (12.00 ms a batch, 2 at once; workers), "
+        "batch 0.50 ms (1.00 ms a batch, 2 at once; workers), prefetch wait 7.00 ms, "
+        "transfer 0.50 ms; 2 worker process(es): the stages make a batch every 8.50 ms; "
+        f"the step takes {a.steps.typical_ms:,.2f} ms, the device's work 3.00 ms; the largest "
+        "is preprocessing"
     ) in text
     assert a.to_dict()["input_stages"]["dominant"] == "preprocessing"
     page = render_html(trace, a, figures={})

@@ -240,6 +240,43 @@ def test_table_text() -> None:
     assert "workers=32: exit code 1: MemoryError" in lines
 
 
+def test_analyze_s_prediction_from_each_run_is_set_against_the_measured_knee() -> None:
+    from dataclasses import replace
+
+    from traceinspect.sweep import prediction_vs_measured
+
+    runs = maxtext()
+    # From the run at 1 worker analyze predicts 5 (the knee 4 plus one: agrees); from 2, 8.
+    predicted = {1: (5, 4300.0), 2: (8, 4250.0), 4: (4, 4300.0), 8: (4, 4300.0)}
+    runs = [
+        replace(
+            r, predicted_workers=predicted[r.workers][0], predicted_step_ms=predicted[r.workers][1]
+        )
+        if r.workers in predicted
+        else r
+        for r in runs
+    ]
+    result = summarize_sweep(runs)
+    line = prediction_vs_measured(result)
+    assert line is not None
+    assert line.startswith(
+        "analyze, from each run alone (workers -> count, expected step): 1 -> 5 (4300.00 ms), "
+        "2 -> 8 (4250.00 ms), 4 -> 4 (4300.00 ms), 8 -> 4 (4300.00 ms); from the run(s) at 2 "
+        "it differs from the measured 4: the sweep measured each count's step"
+    )
+    assert line in render_sweep(result).splitlines()
+    agreeing = summarize_sweep(
+        [replace(r, predicted_workers=None) if r.workers == 2 else r for r in runs]
+    )
+    assert prediction_vs_measured(agreeing) == (
+        "analyze, from each run alone (workers -> count, expected step): 1 -> 5 (4300.00 ms), "
+        "4 -> 4 (4300.00 ms), 8 -> 4 (4300.00 ms); within [4, 6] of the measured 4."
+    )
+    back = SweepRun.from_dict(json.loads(json.dumps(result.run(2).to_dict())))
+    assert (back.predicted_workers, back.predicted_step_ms) == (8, 4250.0)
+    assert prediction_vs_measured(summarize_sweep(maxtext())) is None
+
+
 def test_written_files(tmp_path: Path) -> None:
     result = summarize_sweep(maxtext())
     written = write_sweep(result, tmp_path / "out")

@@ -75,9 +75,12 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     saved = json.loads((BUNDLED / "sweep.json").read_text(encoding="utf-8"))
     result = load_sweep(BUNDLED)
     assert load_sweep(BUNDLED / "sweep.json") == result
-    # Written before runs kept their input stages: everything else reads back as it was.
+    # Written before runs kept their input stages and analyze's prediction: everything else
+    # reads back as it was.
     out = result.to_dict()
     assert [r.pop("input_stages") for r in out["runs"]] == [None] * 3
+    assert [r.pop("predicted_workers") for r in out["runs"]] == [None] * 3
+    assert [r.pop("predicted_step_ms") for r in out["runs"]] == [None] * 3
     assert out == saved
     assert result.chosen == saved["chosen"] == 2
     assert [r.workers for r in result.runs] == [0, 1, 2]

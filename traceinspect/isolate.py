@@ -53,7 +53,6 @@ called.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -61,7 +60,13 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect import sidecar as SC
-from traceinspect.analysis.workers import WAITING_SHARE
+from traceinspect.analysis.result import Recommendation
+from traceinspect.analysis.workers import (
+    WAITING_SHARE,
+    WorkerInputs,
+    recommend_workers,
+    worker_inputs,
+)
 from traceinspect.capture import PhaseRun, log_tail, parse_command, run_phase, wait_for_quiet
 from traceinspect.errors import IsolateError, UsageError
 from traceinspect.vocabulary import Verdict
@@ -89,6 +94,10 @@ TRIES = 3
 #: Runs of each phase, in turn (target, loader, real, target, ...): each figure is its phase's
 #: best run. Derived in the module's docstring.
 ROUNDS = 2
+#: Rounds run beyond ``rounds`` while the best runs and the next best disagree on the
+#: verdict (see :func:`settled`); a verdict that still depends on which runs are taken is
+#: not given ("unknown", with the spread).
+EXTRA_ROUNDS = 2
 # Before running a phase again, wait at most this long for other processes to quieten (below
 # BUSY_OTHERS): a run into a busy machine is a run to repeat.
 QUIET_WAIT_S = 30.0
@@ -126,11 +135,24 @@ class PhaseTiming:
     #: device's throughput); ``host``: from the host's step starts (the loader's batches, or
     #: a loop whose jitted calls returned nothing to wait on).
     timed_by: str = "host"
+    #: Every run's figure that competed for this one (the quiet runs, else all), lowest
+    #: first: the figure is the first.
+    runs_ms: tuple[float, ...] = ()
+
+    @property
+    def spread(self) -> float | None:
+        """(highest - lowest) / lowest of the runs' figures; None with one run."""
+        if len(self.runs_ms) < 2 or self.runs_ms[0] <= 0:
+            return None
+        return (self.runs_ms[-1] - self.runs_ms[0]) / self.runs_ms[0]
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["mean_ms"] = round(self.mean_ms, 3)
         out["median_ms"] = round(self.median_ms, 3)
+        out["runs_ms"] = [round(v, 3) for v in self.runs_ms]
+        spread = self.spread
+        out["spread"] = None if spread is None else round(spread, 3)
         return out
 
 
@@ -150,12 +172,18 @@ class Evidence:
     workers_cpu_share: float | None
     #: The cores the script's process may use.
     cores: int | None
+    #: The loader phase's record (its workers' measurement, the host's cores and memory,
+    #: Grain's settings): what the worker count is sized from, as ``analyze`` sizes it.
+    loader: SC.Sidecar | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            k: (round(v, 3) if isinstance(v, float) else v)
-            for k, v in dataclasses.asdict(self).items()
-        }
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "loader":
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = round(v, 3) if isinstance(v, float) else v
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +204,12 @@ class Isolation:
     phases: tuple[PhaseTiming, ...]
     command: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    #: The worker count as ``analyze`` words and sizes it (the same model, from the loader
+    #: phase's measurement of the workers), where the verdict is input-bound with workers.
+    workers: Recommendation | None = None
+    #: The verdict the next-best run of each phase gives (None with one run of a phase):
+    #: when it differs from the best runs' after every round, the verdict is "unknown".
+    next_best_verdict: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +221,8 @@ class Isolation:
             "rule": self.rule,
             "tolerance": self.tolerance,
             "suggested_workers": self.suggested_workers,
+            "workers": None if self.workers is None else self.workers.to_dict(),
+            "next_best_verdict": self.next_best_verdict,
             "evidence": self.evidence.to_dict(),
             "phases": {p.phase: p.to_dict() for p in self.phases},
             "command": list(self.command),
@@ -200,6 +236,7 @@ class Judgement:
     reason: str
     rule: str
     suggested_workers: int | None
+    workers: Recommendation | None = None
 
 
 def judge(
@@ -223,9 +260,10 @@ def judge(
             f"slower than the {t:.2f} ms step the script takes when input costs nothing: the "
             f"loop waits for input (real step {r:.2f} ms)."
         )
-        suggested = _suggest_workers(t, lo, evidence.workers)
+        advice = _worker_advice(t, lo, evidence)
+        suggested = None if advice is None else advice.value
         return Judgement(
-            "input-bound", reason + _input_advice(suggested, evidence), rule, suggested
+            "input-bound", reason + _input_advice(advice, evidence), rule, suggested, advice
         )
     if r > t * tolerance:
         rule = (
@@ -274,33 +312,53 @@ def judge(
     return Judgement("device-bound", reason, rule, None)
 
 
-def _suggest_workers(target_ms: float, loader_ms: float, workers: int | None) -> int | None:
-    """Workers that should deliver a batch per target step: ``ceil(M x L / T)``, assuming
-    each added worker adds as much as the ones there (workers that wait on reads, not ones
-    that compete for the cores)."""
-    if not workers:
+def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Recommendation | None:
+    """The worker count by ``analyze``'s model (:mod:`traceinspect.analysis.workers`): the
+    step with free input is the pace a batch must beat; the loader phase's measurement of
+    its workers (a batch's cost to one worker, their CPU share) sizes the count, within the
+    cores and memory; without it, each worker is taken to make a batch every
+    ``workers x loader`` ms. None without mp_prefetch workers."""
+    if not evidence.workers:
         return None
-    return math.ceil(workers * loader_ms / target_ms)
+    if evidence.loader is not None:
+        inputs = worker_inputs(
+            "input-bound",
+            step_ms=loader_ms,
+            device_busy_ms=target_ms,
+            input_wait_ms=evidence.input_wait_ms or 0.0,
+            sidecar=evidence.loader,
+        )
+        inputs = dataclasses.replace(inputs, current=evidence.workers)
+    else:
+        inputs = WorkerInputs(
+            verdict="input-bound",
+            step_ms=loader_ms,
+            device_busy_ms=target_ms,
+            input_wait_ms=evidence.input_wait_ms or 0.0,
+            current=evidence.workers,
+            cpus=evidence.cores,
+            memory_available_bytes=None,
+            bytes_per_batch=None,
+            per_worker_buffer_size=None,
+            read_threads=None,
+            maxtext=False,
+        )
+    return recommend_workers(inputs)
 
 
-def _input_advice(suggested: int | None, evidence: Evidence) -> str:
-    workers = evidence.workers
-    if not workers or suggested is None:
+def _input_advice(advice: Recommendation | None, evidence: Evidence) -> str:
+    if not evidence.workers or advice is None or advice.value is None:
         return (
             " The pipeline runs in the training process: move it into Grain worker processes "
             "(mp_prefetch), or give it more read threads."
         )
-    text = (
-        f" With {workers} mp_prefetch worker(s), about {suggested} should keep up "
-        f"({workers} x loader / target, rounded up), assuming the workers wait on reads "
-        "rather than compete for the cores."
-    )
-    share, cores = evidence.workers_cpu_share, evidence.cores
-    if share is not None and share >= WAITING_SHARE:
+    text = f" {advice.message}"
+    share = evidence.workers_cpu_share
+    if share is not None and share >= WAITING_SHARE and advice.bounded_by != "cores":
         text += (
-            f" But the workers were on CPU {share:.0%} of the time they produced a batch: "
-            f"CPU-bound workers beyond the {cores or 'available'} cores will not help; make "
-            "the preprocessing cheaper or do it offline."
+            f" The workers were on CPU {share:.0%} of the time they produced a batch: "
+            f"CPU-bound workers beyond the {evidence.cores or 'available'} cores will not "
+            "help; make the preprocessing cheaper or do it offline."
         )
     return text
 
@@ -317,10 +375,23 @@ def _sync_evidence(evidence: Evidence) -> str:
 
 # --- running the phases --------------------------------------------------------------------
 
-#: ``progress(phase, index, total, attempt)``: a phase run starts (``index`` of ``total``
-#: runs in the rounds), for the ``attempt``-th time (1 first; more when other processes kept
-#: the machine busy).
-ProgressCallback = Callable[[str, int, int, int], None]
+
+@dataclasses.dataclass(frozen=True)
+class IsolateProgress:
+    """A phase run starts (``mean_ms`` None) or has its figure: run ``index`` (from 0) of
+    the ``total`` planned so far (rounds added while the verdict is not settled raise it),
+    its ``attempt``-th try in its round (more when other processes kept the machine busy)."""
+
+    phase: str
+    index: int
+    total: int
+    attempt: int
+    mean_ms: float | None = None
+    #: The share of the machine's cores other processes kept busy in its window.
+    busy: float | None = None
+
+
+ProgressCallback = Callable[[IsolateProgress], None]
 
 
 def run_isolate(
@@ -332,6 +403,7 @@ def run_isolate(
     logdir: str | Path | None = None,
     tolerance: float = TOLERANCE,
     rounds: int = ROUNDS,
+    extra_rounds: int = EXTRA_ROUNDS,
     tries: int = TRIES,
     progress: ProgressCallback | None = None,
 ) -> Isolation:
@@ -358,6 +430,8 @@ def run_isolate(
         raise UsageError(f"--rounds must be at least 1, got {rounds}")
     if tries < 1:
         raise UsageError(f"--tries must be at least 1, got {tries}")
+    if extra_rounds < 0:
+        raise UsageError(f"extra rounds must be 0 or more, got {extra_rounds}")
     parse_command(command)  # a bad command fails before anything runs
     kept = logdir is not None
     with tempfile.TemporaryDirectory(prefix="traceinspect-isolate-") as scratch:
@@ -371,14 +445,25 @@ def run_isolate(
         done: dict[str, list[_Run]] = {phase: [] for phase in PHASES}
         waited_s = 0.0
         cores = os.cpu_count() or 1
-        total = rounds * len(PHASES)
-        for index in range(total):
+        # Once a wait for a quiet machine runs out, the load is taken as lasting: runs are
+        # not repeated for it any more (each would be as busy), and every phase shares it.
+        lasting_load = False
+        planned = rounds
+        index = 0
+        while index < planned * len(PHASES):
             phase = PHASES[index % len(PHASES)]
             for attempt in range(1, tries + 1):
                 if attempt > 1:
-                    waited_s += wait_for_quiet(BUSY_OTHERS * cores, QUIET_WAIT_S)
+                    if lasting_load:
+                        break
+                    waited = wait_for_quiet(BUSY_OTHERS * cores, QUIET_WAIT_S)
+                    waited_s += waited
+                    if waited >= QUIET_WAIT_S:
+                        lasting_load = True
+                        break
+                total = planned * len(PHASES)
                 if progress is not None:
-                    progress(phase, index, total, attempt)
+                    progress(IsolateProgress(phase, index, total, attempt))
                 log = folder / f"{phase}-run{len(done[phase]) + 1}.log"
                 run = run_phase(
                     command,
@@ -391,8 +476,14 @@ def run_isolate(
                 timing = phase_timing(_phase_or_error(run, kept=kept))
                 busy = _busy(timing)
                 done[phase].append(_Run(run, timing.mean_ms, busy))
+                if progress is not None:
+                    progress(IsolateProgress(phase, index, total, attempt, timing.mean_ms, busy))
                 if busy <= BUSY_OTHERS:
                     break
+            index += 1
+            last_of_round = index == planned * len(PHASES)
+            if last_of_round and planned < rounds + extra_rounds and not settled(done, tolerance):
+                planned += 1
         counted = {phase: _counted(runs, folder) for phase, runs in done.items()}
         busy_runs = {p: sum(r.busy > BUSY_OTHERS for r in runs) for p, runs in done.items()}
         result = summarize(
@@ -401,17 +492,47 @@ def run_isolate(
             tolerance=tolerance,
             kept_logs=kept,
             tries={phase: len(runs) for phase, runs in done.items()},
+            runs_ms={phase: _competing(runs) for phase, runs in done.items()},
         )
     notes = tuple(
         f"{phase}: {n} of its runs had other processes keeping the machine busy"
         for phase, n in busy_runs.items()
         if n
     )
+    if lasting_load:
+        notes += (
+            "other processes kept the machine busy throughout: the figures are those of a "
+            "loaded machine, which every phase shared",
+        )
     if waited_s >= 1.0:
         notes += (f"waited {waited_s:.0f} s in all for other processes to leave the machine quiet",)
+    if planned > rounds:
+        notes += (
+            f"ran {planned} rounds: after {rounds} the best runs and the next best disagreed "
+            "on the verdict",
+        )
     if notes:
         result = dataclasses.replace(result, notes=(*result.notes, *notes))
     return result
+
+
+def _competing(runs: Sequence[_Run]) -> tuple[float, ...]:
+    """The figures that compete for a phase's: the quiet runs' (all when none was quiet),
+    lowest first."""
+    quiet = [r for r in runs if r.busy <= BUSY_OTHERS] or list(runs)
+    return tuple(sorted(r.mean_ms for r in quiet))
+
+
+def settled(done: Mapping[str, Sequence[_Run]], tolerance: float = TOLERANCE) -> bool:
+    """Whether the verdict stands whichever runs are taken: the best run of each phase and
+    the next best give the same verdict (by the figures alone). True while a phase has one
+    run (nothing to compare)."""
+    figures = {phase: _competing(runs) for phase, runs in done.items()}
+    if any(len(f) < 2 for f in figures.values()):
+        return True
+    best = judge(*(figures[p][0] for p in PHASES), tolerance=tolerance).verdict
+    second = judge(*(figures[p][1] for p in PHASES), tolerance=tolerance).verdict
+    return best == second
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,19 +598,33 @@ def summarize(
     tolerance: float = TOLERANCE,
     kept_logs: bool = True,
     tries: Mapping[str, int] | None = None,
+    runs_ms: Mapping[str, Sequence[float]] | None = None,
 ) -> Isolation:
     """The isolation from the three phases' runs (nothing runs here); ``tries``: how many
-    times each phase ran (the run given is the one that counts)."""
+    times each phase ran (the run given is the one that counts); ``runs_ms``: the figures
+    of the runs that competed for each phase's (its own the lowest). When the next-best
+    runs give another verdict than the best (by the figures alone), the verdict is
+    ``unknown``: it depends on which runs are taken."""
     tries = tries or {}
+    runs_ms = runs_ms or {}
     timings = tuple(
         dataclasses.replace(
-            phase_timing(runs[phase], kept_log=kept_logs), tries=tries.get(phase, 1)
+            phase_timing(runs[phase], kept_log=kept_logs),
+            tries=tries.get(phase, 1),
+            runs_ms=tuple(sorted(runs_ms.get(phase, ()))),
         )
         for phase in PHASES
     )
     target, loader, real = (t.mean_ms for t in timings)
     evidence = _evidence(runs, timings[2])
     judged = judge(target, loader, real, tolerance=tolerance, evidence=evidence)
+    next_best = None
+    if all(len(t.runs_ms) >= 2 for t in timings):
+        seconds = [t.runs_ms[1] for t in timings]
+        next_best = judge(*seconds, tolerance=tolerance).verdict
+        best_alone = judge(target, loader, real, tolerance=tolerance).verdict
+        if next_best != best_alone:
+            judged = _unsettled(judged, timings, best_alone, next_best)
     notes = tuple(f"{t.phase}: {t.note}" for t in timings if t.note)
     return Isolation(
         target_step_ms=target,
@@ -504,7 +639,27 @@ def summarize(
         phases=timings,
         command=command,
         notes=notes,
+        workers=judged.workers,
+        next_best_verdict=next_best,
     )
+
+
+def _unsettled(
+    judged: Judgement, timings: Sequence[PhaseTiming], best: str, next_best: str
+) -> Judgement:
+    """The judgement when the best runs and the next best disagree: no verdict, the spread."""
+    spreads = ", ".join(
+        f"{_NAMES[t.phase]} " + " / ".join(f"{v:.2f}" for v in t.runs_ms) + " ms" for t in timings
+    )
+    reason = (
+        f"The runs disagree: the best run of each phase reads {best}, the next best "
+        f"{next_best} ({spreads}). The machine's speed changed between runs by more than "
+        "the verdict's margin; run isolate again on a quieter machine, or with more --rounds."
+    )
+    return Judgement("unknown", reason, f"best runs: {judged.rule}", None, None)
+
+
+_NAMES = {TARGET: "target step", LOADER: "loader batch", REAL: "real step"}
 
 
 def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
@@ -594,4 +749,5 @@ def _evidence(runs: Mapping[str, PhaseRun], real: PhaseTiming) -> Evidence:
         workers=grain.worker_count if grain is not None else None,
         workers_cpu_share=share,
         cores=host.cores if host is not None else None,
+        loader=loader,
     )

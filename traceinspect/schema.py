@@ -96,6 +96,9 @@ def idle_cause_ns(cause: str) -> str:
 PERIOD_START_NS: Final = "period_start_ns"  # start of the idle period the piece belongs to
 AFTER_SYNC: Final = "after_sync"  # the period opened when a blocking read ended
 CAUSE: Final = "cause"  # the cause with the most time in the piece
+# Why the piece got CAUSE where another cause's evidence takes more of it (a read's wait that
+# precedes a longer input wait: sync, by the sync rule), else None.
+CAUSE_REASON: Final = "cause_reason"
 EVIDENCE: Final = "evidence"  # sentences: the host events behind the piece
 SYNC_SITE: Final = "sync_site"  # where the read that opened the period was made, or None
 START_MS: Final = "start_ms"  # ms from the trace's first event (as printed)

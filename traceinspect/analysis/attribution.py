@@ -22,6 +22,7 @@ import numpy as np
 
 from traceinspect import schema as S
 from traceinspect.analysis.arrays import longest_first
+from traceinspect.analysis.cause_reasons import Attribution, cause_reasons, largest_cause
 from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
@@ -46,7 +47,9 @@ def gap_table(
     busy_per_step: float,
     waiting: Intervals | None = None,
 ) -> Table:
-    """Per gap piece: idle time split by cause, with the sync rule applied.
+    """Per gap piece: idle time split by cause, with the sync rule applied, its cause (the
+    one with the most of it) and, where the evidence points elsewhere, why
+    (:mod:`~traceinspect.analysis.cause_reasons`).
 
     Idle periods are found over the whole analysed window first, so that one period that
     runs across a step boundary (the end of a step and the start of the next) is judged
@@ -80,6 +83,7 @@ def gap_table(
     parts: dict[str, np.ndarray] = {c: iv.overlap_with(starts, ends) for c, iv in owned.items()}
     duration = ends - starts
     parts["unknown"] = duration - sum(parts.values())
+    claimed = {c: v.copy() for c, v in parts.items()}
     synced = after_sync[period] if len(period) else np.zeros(0, dtype=bool)
     # What the host did after each read, per idle period: if that alone takes longer than
     # the device's step, the host could not run ahead even without the read, so the time
@@ -92,9 +96,8 @@ def gap_table(
     # the idle time is the read's. Without the tolerance, the verdict of a loop whose own
     # batch (made on the main thread) is about as long as the device's step flipped between
     # sync- and input-bound from capture to capture (6.6 against 6.5 ms: input-bound).
-    sync_hides = (
-        len(after_read) == 0 or float(np.median(after_read)) <= busy_per_step * KNEE_TOLERANCE
-    )
+    cap = busy_per_step * KNEE_TOLERANCE
+    sync_hides = len(after_read) == 0 or float(np.median(after_read)) <= cap
     if not input_bound and sync_hides:
         # The host was held by the read until the device finished: what it did next
         # (fetch, dispatch, or untraced Python) is late because of the sync, up to the
@@ -102,7 +105,6 @@ def gap_table(
         # device ran the step before. What it did beyond that (a checkpoint's file write
         # after reading the parameters: hundreds of ms) would idle the device anyway, and
         # keeps its own cause.
-        cap = busy_per_step * KNEE_TOLERANCE
         of_period = per_period[period] if len(period) else np.zeros(0)
         kept = np.where(of_period > cap, 1.0 - cap / np.maximum(of_period, 1.0), 0.0)
         kept = np.where(synced, kept, 1.0)
@@ -112,6 +114,9 @@ def gap_table(
             moved += parts[cause] - stays
             parts[cause] = stays
         parts["sync"] = parts["sync"] + moved.astype(np.int64)
+    final = {str(c): parts[c].astype(np.int64) for c in CAUSES}
+    winner = largest_cause(final, len(starts))
+    at = Attribution(starts, ends, periods.starts[period], claimed, final, owned, cap)
     return {
         S.STEP: steps.numbers[step_index],
         S.STEP_INDEX: step_index,
@@ -119,8 +124,10 @@ def gap_table(
         S.END_NS: ends,
         S.PERIOD_START_NS: periods.starts[period],
         S.AFTER_SYNC: synced,
-        **{str(c): parts[c].astype(np.int64) for c in CAUSES},
+        **final,
         S.DURATION_NS: duration,
+        S.CAUSE: winner,
+        S.CAUSE_REASON: cause_reasons(at, winner, host),
     }
 
 
@@ -203,12 +210,9 @@ def loop_code_sentence(ns: int, where: str, sites: list[tuple[str, int]], of: st
 
 
 def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_ns: int) -> None:
-    """Add each gap's cause, its evidence (for the EVIDENCE_GAPS longest: a GPU trace can hold
+    """Add each gap's evidence (for the EVIDENCE_GAPS longest: a GPU trace can hold
     as many gaps as kernels) and its start in ms from ``origin_ns``, in place."""
     n = len(gaps[S.START_NS])
-    by_cause = np.stack([gaps[c] for c in CAUSES]) if n else np.zeros((len(CAUSES), 0))
-    # The cause with the most of the gap (of equals, the first in CAUSES).
-    gaps[S.CAUSE] = np.array(CAUSES, dtype=object)[np.argmax(by_cause, axis=0)]
     found = np.empty(n, dtype=object)
     for row in range(n):
         found[row] = []

@@ -15,9 +15,22 @@ Stages (:data:`~traceinspect.vocabulary.STAGES`):
 
 Costs are per batch: per batch the loop drew for the training process's stages, per
 element the workers made for theirs (one element is one batch when the pipeline batches
-before ``mp_prefetch``). Stages in ``n`` worker processes run ``n`` at a time, so each
-costs the step ``1/n`` of its time: the *dominant* stage is the largest after that
-division. The wait is dominant only when it exceeds the whole pipeline's share of a step
+before ``mp_prefetch``); a stage's time is the time of the threads that ran it, summed.
+Per step, the unit a user compares with the step, a stage costs its time per batch over how
+many ran at once (:func:`parallelism`): ``n`` worker processes with ``t`` read threads each
+run up to ``n x t`` batches at once, the training process's read threads ``t``, its main
+thread one. Threads that share one GIL and are all at work wait for it, and their summed
+time grows with their number: divided by it, a CPU-bound stage's time is the GIL's time it
+took, so the same division holds. What the measurement says overrides the settings: the
+stages' summed thread time over the window's wall time is how many ran at once on average.
+More than the settings say means threads they do not show (Grain's default ReadOptions, 16
+threads, leaves no setting to read); fewer, while the pipeline ran flat out (its worker
+processes busy producing at least half the window; for the training process's threads,
+the loop waiting for input beyond the knee's tolerance of the device's step), is what the
+GIL, the cores and the buffers allowed (the stages scenario's 2 workers of 2 read threads
+each ran 1.96 at once, busy 99%), and the stages per step then add up to the step. The
+*dominant* stage is the largest per step. The wait is
+dominant only when it exceeds the whole pipeline's share of a step
 by :data:`HANDOVER_MARGIN`: the loop then waits for batches the pipeline made in time, so
 the hand-over (buffers, copying the batch out of the worker), not a stage, holds it up.
 When the pipeline is the bottleneck the wait equals its share: measured 0.96-1.03 times
@@ -36,13 +49,16 @@ from traceinspect import names as N
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.sidecar import Sidecar
-from traceinspect.vocabulary import PLACES, STAGES, Place, Stage
+from traceinspect.vocabulary import KNEE_TOLERANCE, PLACES, STAGES, Place, Stage
 
 #: The stages capture measures inside the pipeline.
 PIPELINE_STAGES: tuple[Stage, ...] = ("read", "preprocessing", "batch")
 #: How far the wait must exceed the pipeline's share of a step to be the hand-over's
 #: fault: well clear of the 0.96-1.03 measured when the pipeline itself is the bottleneck.
 HANDOVER_MARGIN = 1.25
+#: Worker processes producing at least this share of the window ran flat out (the worker
+#: rule's IDLE_WORKERS: below it they were mostly blocked on a full buffer).
+FLAT_OUT_BUSY = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,14 +79,21 @@ class InputStages:
     #: summed (ms; 0 without workers): what making one batch costs, whether or not the
     #: worker's main thread waited for it (its read threads fill a buffer ahead).
     worker_batch_ms: float = 0.0
+    #: How many of each stage ran at once (``ms_per_batch / effective_ms``; 1 for the
+    #: training thread's own and the hand-over); None in tables written before it.
+    parallel: dict[Stage, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
-        return {
+        out: dict[str, Any] = {
             "dominant": self.dominant,
             "ms_per_batch": {s: self.ms_per_batch[s] for s in STAGES},
+            "ms_per_step": {s: self.effective_ms[s] for s in STAGES},
             "where": {s: self.where[s] for s in STAGES},
         }
+        if self.parallel is not None:
+            out["parallel"] = {s: round(self.parallel[s], 2) for s in STAGES}
+        return out
 
     def to_record(self) -> dict[str, Any]:
         """Every field, for files that keep the table (a sweep's ``sweep.json``)."""
@@ -81,6 +104,15 @@ class InputStages:
             "workers": self.workers,
             "batches": self.batches,
         }
+
+    def pipeline_ms_per_step(self) -> float:
+        """The pipeline stages' time per step, summed (read, preprocessing, batch): how
+        often the pipeline can make a batch, to set against the step. Running flat out, it
+        is the step (the stages scenario: 11.64 ms against an 11.97 ms step, 2 workers;
+        21.97 against 22.52 on the training thread). The hand-over's wait and the transfer
+        are the training thread's, beside it: in worker processes or threads the stages
+        run while the loop waits."""
+        return sum(self.effective_ms[s] for s in PIPELINE_STAGES)
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> InputStages:
@@ -136,19 +168,43 @@ def input_stages(
     if not any(v > 0 for row in per_place.values() for v in row.values()):
         return None
     workers = grain.worker_count or 0
-    parallel: dict[Place, int] = {"workers": max(workers, 1), "threads": 1, "main": 1}
+    input_wait_ms = input_wait_ns_per_step / 1e6
+    # Ran flat out: the workers busy producing at least half the window; the training
+    # process's threads while the loop waited for input beyond the knee's tolerance.
+    probe = grain.measured
+    produce = sum(w.produce_s for w in probe.workers) if probe is not None else 0.0
+    wall = sum(w.wall_s for w in probe.workers) if probe is not None else 0.0
+    flat_out = {
+        "workers": wall > 0 and produce / wall >= FLAT_OUT_BUSY,
+        "threads": input_wait_ns_per_step > (KNEE_TOLERANCE - 1) * device_ns_per_step > 0,
+        "main": False,
+    }
+    parallel = {
+        place: parallelism(
+            place,
+            workers=workers,
+            read_threads=grain.read_threads,
+            thread_s=sum(measured.seconds.get(place, {}).values()),
+            window_s=measured.window_s,
+            flat_out=flat_out[place],
+        )
+        for place in PLACES
+    }
     ms: dict[Stage, float] = {}
     eff: dict[Stage, float] = {}
     where: dict[Stage, Place] = {}
     # A stage that took no time is placed where the pipeline ran.
     busiest = max(PLACES, key=lambda p: sum(per_place[p].values()))
+    at_once: dict[Stage, float] = {}
     for stage in PIPELINE_STAGES:
         ms[stage] = sum(per_place[p][stage] for p in PLACES)
         eff[stage] = sum(per_place[p][stage] / parallel[p] for p in PLACES)
         top = max(PLACES, key=lambda p: per_place[p][stage])
         where[stage] = top if per_place[top][stage] > 0 else busiest
+        at_once[stage] = ms[stage] / eff[stage] if eff[stage] > 0 else parallel[where[stage]]
     on_main = sum(per_place["main"].values())
-    ms["prefetch"] = eff["prefetch"] = max(0.0, input_wait_ns_per_step / 1e6 - on_main)
+    ms["prefetch"] = eff["prefetch"] = max(0.0, input_wait_ms - on_main)
+    at_once["prefetch"] = at_once["transfer"] = 1.0
     ms["transfer"] = eff["transfer"] = transfer_ns_per_step / 1e6
     where["prefetch"] = where["transfer"] = "main"
     pipeline = sum(eff[s] for s in PIPELINE_STAGES)
@@ -165,7 +221,34 @@ def input_stages(
         budget_ms=round(device_ns_per_step / 1e6, 4),
         batches=measured.batches,
         worker_batch_ms=round(sum(per_place["workers"].values()), 4) if workers else 0.0,
+        parallel=at_once,
     )
+
+
+def parallelism(
+    place: Place,
+    *,
+    workers: int,
+    read_threads: int | None,
+    thread_s: float,
+    window_s: float | None,
+    flat_out: bool = False,
+) -> float:
+    """How many batches a place's stages work on at once: ``workers x read threads`` in the
+    worker processes, the read threads in the training process, one on its main thread
+    (read threads unknown: one); the measurement overrides it (the stages' thread time over
+    the window's wall time, how many ran at once on average) where it says more, and where
+    it says fewer while the place ran ``flat_out`` (see the module's doc)."""
+    if place == "main":
+        return 1.0
+    threads = max(1, read_threads or 1)
+    nominal = float(max(1, workers) * threads if place == "workers" else threads)
+    if not window_s or window_s <= 0 or thread_s <= 0:
+        return nominal
+    observed = thread_s / window_s
+    if flat_out:
+        return max(1.0, observed)
+    return max(nominal, observed)
 
 
 def stage_advice(stages: InputStages) -> str:

@@ -214,7 +214,8 @@ class Analysis:
     @cached_property
     def gaps(self) -> pd.DataFrame:
         """One row per idle gap piece (a gap cut at step boundaries): its step, times, time
-        by cause, cause, evidence and sync site."""
+        by cause, cause (and why, where the evidence points elsewhere), evidence and sync
+        site."""
         return table_frame(self.gap_columns)
 
     def longest_gaps(self, count: int | None = None) -> list[int]:
@@ -266,6 +267,7 @@ class Analysis:
                     S.START_MS: round(float(g[S.START_MS][i]), 4),
                     "duration_ms": round(int(g[S.DURATION_NS][i]) / 1e6, 4),
                     "cause": str(g[S.CAUSE][i]),
+                    S.CAUSE_REASON: g[S.CAUSE_REASON][i],
                     "evidence": list(g[S.EVIDENCE][i]),
                 }
                 for i in self.longest_gaps(max_gaps)

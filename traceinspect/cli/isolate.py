@@ -4,21 +4,37 @@ real step, and the verdict."""
 from __future__ import annotations
 
 import json
-import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from traceinspect.cli._options import json_flag, verbose_option
-from traceinspect.cli._progress import is_terminal
+
+if TYPE_CHECKING:
+    from traceinspect.isolate import IsolateProgress
 
 
-def _progress(phase: str, index: int, total: int, attempt: int) -> None:
-    from traceinspect.isolate import DESCRIPTIONS
+def _progress(event: IsolateProgress) -> None:
+    """A line on stderr as each phase run starts and ends, terminal or not: a run takes
+    tens of seconds to minutes, and a log or a pipe should show where isolate is."""
+    from traceinspect.isolate import BUSY_OTHERS, DESCRIPTIONS
 
-    again = f" again (try {attempt}: other processes kept the machine busy)" if attempt > 1 else ""
-    click.echo(
-        f"traceinspect: phase {index + 1}/{total}: {DESCRIPTIONS[phase]}{again}...", err=True
+    head = f"traceinspect: run {event.index + 1}/{event.total}"
+    if event.mean_ms is None:
+        again = (
+            f" again (try {event.attempt}: other processes kept the machine busy)"
+            if event.attempt > 1
+            else ""
+        )
+        click.echo(f"{head}: {DESCRIPTIONS[event.phase]}{again}...", err=True)
+        return
+    unit = "a batch" if event.phase == "loader" else "a step"
+    busy = (
+        f" (other processes kept {event.busy:.0%} of the cores busy)"
+        if event.busy is not None and event.busy > BUSY_OTHERS
+        else ""
     )
+    click.echo(f"{head}: {event.phase} {event.mean_ms:.2f} ms {unit}{busy}", err=True)
 
 
 @click.command(
@@ -87,7 +103,9 @@ def isolate(
     real:   the script as it is.
     Each is timed on the host once steady (20 steps, at least 1 s; no profiler), then
     stopped; the three run in turn, twice (--rounds), and each figure is its phase's best
-    run; a run that other processes kept busy runs again (--tries). Verdict, with a
+    run; up to two more rounds run while the next-best runs give another verdict, and one
+    that still does is "unknown" (the spread is shown); a run that other processes kept
+    busy runs again (--tries) unless the load lasts. Verdict, with a
     20% tolerance: loader slower than target: input-bound (with the worker count that
     should keep up); else real slower than target: sync-bound (a host-device sync each
     step; host-bound if the loop did not wait on device values); else device-bound. The
@@ -102,8 +120,9 @@ def isolate(
     from traceinspect.isolate import run_isolate
     from traceinspect.report.isolate import render_isolation
 
-    # Progress only on a terminal, and never with --json (as every command's progress).
-    progress = _progress if not as_json and is_terminal(sys.stderr) else None
+    # A line per phase run on stderr, terminal or not; none with --json (whose reader wants
+    # the document alone, and gets each run's figures in it).
+    progress = None if as_json else _progress
     result = run_isolate(
         command,
         phase_timeout_s=phase_timeout_s,

@@ -64,6 +64,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .chip { display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.4em;
         vertical-align: -0.1em; border-radius: 2px; }
 ul.evidence { margin: 0; padding-left: 1.1em; font-size: 0.92em; }
+p.why { margin: 0.2em 0 0; font-size: 0.92em; font-style: italic; }
 figure { margin: 1.2em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
@@ -119,21 +120,30 @@ def _findings_list(findings: Sequence[Finding], todo: Sequence[str] = ()) -> str
 
 
 def _stages_table(a: Analysis) -> str:
-    """The input pipeline's stages, when capture measured them."""
+    """The input pipeline's stages, when capture measured them: per batch, how many ran at
+    once, per step, and their sum against the step."""
     st = a.input_stages
     if st is None:
         return ""
+    parallel = st.parallel or {}
     rows = "".join(
         f"<tr><td>{_chip(STAGE_COLORS[s])}{escape(s)}</td>"
         f'<td class="num">{st.ms_per_batch[s]:,.2f}</td>'
+        f'<td class="num">{parallel.get(s, 1.0):,.3g}</td>'
         f'<td class="num">{st.effective_ms[s]:,.2f}</td><td>{escape(st.where[s])}</td></tr>'
         for s in STAGES
     )
+    total = st.pipeline_ms_per_step()
     return (
         f"<h2>Input pipeline by stage</h2><p>Largest share of a step: <b>{escape(st.dominant)}"
-        f"</b>, against {st.budget_ms:,.2f} ms of device work per step.</p>"
-        "<table><tr><th>stage</th><th>ms per batch</th><th>ms per step (with workers)</th>"
-        f"<th>where</th></tr>{rows}</table>"
+        f"</b>. The stages make a batch every {total:,.2f} ms, against a "
+        f"{a.steps.typical_ms:,.2f} ms step and {st.budget_ms:,.2f} ms of device work per step. "
+        "A stage's ms per step is its time per batch over how many ran at once (workers x "
+        "read threads).</p>"
+        "<table><tr><th>stage</th><th>ms per batch</th><th>at once</th><th>ms per step</th>"
+        f"<th>where</th></tr>{rows}"
+        '<tr><td><b>read + preprocessing + batch</b></td><td></td><td></td><td class="num">'
+        f"<b>{total:,.2f}</b></td><td></td></tr></table>"
     )
 
 
@@ -145,12 +155,14 @@ def _gaps(a: Analysis, top: int) -> str:
     for g in gaps.itertuples():
         cause = str(g.cause)
         evidence = "".join(f"<li>{escape(str(line))}</li>" for line in g.evidence)
+        reason = getattr(g, S.CAUSE_REASON)
+        why = f'<p class="why">why: {escape(reason)}</p>' if isinstance(reason, str) else ""
         rows.append(
             f'<tr><td class="num">{int(g.step)}</td>'
             f'<td class="num">{float(g.start_ms):,.3f}</td>'
             f'<td class="num">{g.duration_ns / 1e6:,.3f}</td>'
             f"<td>{_chip(CAUSE_COLORS.get(cause, BUSY_COLOR))}{escape(cause)}</td>"
-            f'<td><ul class="evidence">{evidence}</ul></td></tr>'
+            f'<td><ul class="evidence">{evidence}</ul>{why}</td></tr>'
         )
     return (
         f"<p>The {len(gaps)} longest of {len(a.gaps)} gaps.</p>"

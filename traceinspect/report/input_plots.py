@@ -1,7 +1,7 @@
 """The input pipeline's stages as a chart: where a batch's time goes, against the step.
 
 One stacked bar per run (a single analysis, or one per worker count of a sweep): each
-stage's share of a step once parallel workers are accounted for
+stage's time per step, its time per batch over how many ran at once (workers x read threads)
 (:attr:`~traceinspect.analysis.input_stages.InputStages.effective_ms`), and a line at the
 device's work per step, the time a batch must beat for the device never to wait.
 """
@@ -33,8 +33,9 @@ BUDGET_COLOR = "#000000"
 def plot_input_stages(
     runs: InputStages | Mapping[str, InputStages], ax: Axes | None = None
 ) -> Axes:
-    """Stacked bars of ms per batch by stage (after dividing worker stages by the worker
-    count), one per run, and the device's work per step as a dashed line."""
+    """Stacked bars of ms per step by stage (a stage's time per batch over how many ran at
+    once: workers x read threads), one per run, and the device's work per step as a dashed
+    line."""
     items = {"this run": runs} if isinstance(runs, InputStages) else dict(runs)
     if ax is None:
         ax = _new_axes(8.0, 1.2 + 0.6 * len(items))
@@ -69,7 +70,7 @@ def plot_input_stages(
         )
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("ms per batch (worker stages divided by the worker count)")
+    ax.set_xlabel("ms per step (a stage's time per batch over how many ran at once)")
     handles = [Patch(facecolor=STAGE_COLORS[s], label=s) for s in STAGES] + [
         Line2D([], [], color=BUDGET_COLOR, linestyle="--", label="device work per step")
     ]

@@ -13,10 +13,13 @@ def _row(timing: PhaseTiming) -> list[str]:
         unit = f"completed {unit}"
     what = DESCRIPTIONS[timing.phase].split(" (", 1)[1].rstrip(")")
     how = "" if timing.how == "steady" else f", {timing.how.replace('_', '-')}"
+    runs = ""
+    if timing.spread is not None:
+        runs = f"; best of {len(timing.runs_ms)} runs, up to {timing.runs_ms[-1]:,.2f} ms"
     return [
         _NAMES[timing.phase],
         f"{timing.mean_ms:,.2f} ms",
-        f"({timing.count} {unit}{how}; {what})",
+        f"({timing.count} {unit}{how}{runs}; {what})",
     ]
 
 
@@ -27,7 +30,9 @@ def render_isolation(result: Isolation) -> str:
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]}" for r in rows]
     lines += ["", f"Verdict  {result.verdict}: {result.reason}", f"Rule     {result.rule}"]
     if result.suggested_workers is not None:
-        lines.append(f"Workers  {result.suggested_workers} (now {result.evidence.workers})")
+        expected = result.workers.expected_step_ms if result.workers is not None else None
+        then = f"; expected step time {expected:.2f} ms" if expected is not None else ""
+        lines.append(f"Workers  {result.suggested_workers} (now {result.evidence.workers}{then})")
     lines += [f"Note     {note}" for note in result.notes]
     if any(t.timed_by == "completed" for t in result.phases):
         lines.append(

@@ -259,6 +259,8 @@ def _tool_events(
         }
         if gap.get(S.SYNC_SITE) is not None:
             args["sync_site"] = gap[S.SYNC_SITE]
+        if gap.get(S.CAUSE_REASON) is not None:
+            args[S.CAUSE_REASON] = gap[S.CAUSE_REASON]
         cause = str(gap[S.CAUSE])
         out.append(_event("X", cause, gaps_tid, int(gap[S.START_NS]) - origin, duration, args))
     return out

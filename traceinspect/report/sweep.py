@@ -11,7 +11,7 @@ from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,
 )
-from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose
+from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose, prediction_vs_measured
 from traceinspect.sweep._load import JSON_NAME
 from traceinspect.vocabulary import CAUSES
 
@@ -101,6 +101,9 @@ def render_sweep(result: SweepResult) -> str:
             f"over {SKEWED:g}x the median), so the median understates the time per step there; "
             f"by mean step time (throughput) the choice is {by_mean} workers (--by mean)."
         )
+    agreement = prediction_vs_measured(result)
+    if agreement is not None:
+        lines.append(agreement)
     notes = [(run.workers, run.message) for run in result.runs if run.message]
     if notes:
         lines.append("")

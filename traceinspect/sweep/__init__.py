@@ -44,6 +44,7 @@ from traceinspect.sweep._summary import (
     SweepRun,
     choose,
     idle_column,
+    prediction_vs_measured,
     summarize_sweep,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "command_for",
     "idle_column",
     "load_sweep",
+    "prediction_vs_measured",
     "run_dir_for",
     "run_sweep",
     "summarize_sweep",

@@ -342,6 +342,9 @@ def _analyse(run_dir: str) -> dict[str, Any]:
     from traceinspect.trace import load
 
     analysis = analyze(load(run_dir, use_cache=False))
+    workers_advice = next(
+        (r for r in analysis.recommendations if r.kind == "grain_worker_count"), None
+    )
     wall_ms = analysis.per_step[S.WALL_NS].to_numpy() / 1e6
     mean_ms = round(float(np.mean(wall_ms)), 4) if len(wall_ms) else None
     completed = (analysis.window or {}).get("traced_completed_ms")
@@ -357,4 +360,6 @@ def _analyse(run_dir: str) -> dict[str, Any]:
         "verdict": analysis.verdict,
         "steps": analysis.steps.count,
         "input_stages": analysis.input_stages,
+        "predicted_workers": None if workers_advice is None else workers_advice.value,
+        "predicted_step_ms": None if workers_advice is None else workers_advice.expected_step_ms,
     }

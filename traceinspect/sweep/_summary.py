@@ -50,6 +50,10 @@ ELAPSED_S = "elapsed_s"
 RUN_DIR = "run_dir"
 MESSAGE = "message"
 INPUT_STAGES = "input_stages"
+PREDICTED_WORKERS = "predicted_workers"  # analyze's worker count from this run alone
+PREDICTED_STEP_MS = "predicted_step_ms"  # the step analyze expects with it
+#: A prediction agrees with the measured knee when it lies in [knee, knee + this].
+AGREES_ABOVE_KNEE = 2
 
 
 def idle_column(cause: str) -> str:
@@ -78,6 +82,10 @@ class SweepRun:
     message: str = ""
     #: The input pipeline's stages in this run (None without capture's measurement).
     input_stages: InputStages | None = None
+    #: What ``analyze`` of this run alone recommends: the worker count (None: no count, or
+    #: no advice about workers) and the step it expects with it.
+    predicted_workers: int | None = None
+    predicted_step_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -119,6 +127,8 @@ class SweepRun:
             input_stages=(
                 InputStages.from_record(data[INPUT_STAGES]) if data.get(INPUT_STAGES) else None
             ),
+            predicted_workers=_int(data.get(PREDICTED_WORKERS)),
+            predicted_step_ms=_float(data.get(PREDICTED_STEP_MS)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +151,8 @@ class SweepRun:
             RUN_DIR: self.run_dir,
             MESSAGE: self.message,
             INPUT_STAGES: self.input_stages.to_record() if self.input_stages else None,
+            PREDICTED_WORKERS: self.predicted_workers,
+            PREDICTED_STEP_MS: self.predicted_step_ms,
         }
 
 
@@ -340,3 +352,31 @@ def summarize_sweep(
         command=tuple(command),
         logdir=logdir,
     )
+
+
+def prediction_vs_measured(result: SweepResult) -> str | None:
+    """A line on ``analyze``'s prediction from each run against the count the sweep
+    measured, and why they differ where they do (None when no run predicted a count)."""
+    predicted = [
+        (r.workers, r.predicted_workers, r.predicted_step_ms)
+        for r in result.runs
+        if r.ok and r.predicted_workers is not None
+    ]
+    if result.chosen is None or not predicted:
+        return None
+    knee = result.chosen
+    each = ", ".join(
+        f"{w} -> {p}" + (f" ({ms:.2f} ms)" if ms is not None else "") for w, p, ms in predicted
+    )
+    off = [(w, p) for w, p, _ in predicted if not knee <= p <= knee + AGREES_ABOVE_KNEE]
+    head = f"analyze, from each run alone (workers -> count, expected step): {each}"
+    if not off:
+        return f"{head}; within [{knee}, {knee + AGREES_ABOVE_KNEE}] of the measured {knee}."
+    why = (
+        "the sweep measured each count's step; analyze predicts from one run (a batch's cost "
+        "to a worker against the device's work, with 25% headroom, within the cores), which "
+        "does not see the workers' competition for the cores with the step and with each "
+        "other: the measured count wins"
+    )
+    runs = ", ".join(f"{w}" for w, _ in off)
+    return f"{head}; from the run(s) at {runs} it differs from the measured {knee}: {why}."

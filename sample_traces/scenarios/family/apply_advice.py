@@ -1,0 +1,170 @@
+"""Apply the top advice of default captures and time the result: does the step land where the
+advice said it would?
+
+For each configuration of the scenario family (``train_family.py``): ``--repeats`` default
+captures (``traceinspect capture --logdir D -- python train_family.py ARGS``), each analysed
+(``analyze --json``); its first recommendation is applied to the script's arguments (a worker
+count: ``--workers N``; a per-step read to remove: ``--read none``), and the loop so changed is
+timed without the profiler (best of ``--truth`` runs, the mean host step from step 60 to the
+drained end, as ``MEASUREMENTS.md``). The advice holds when the measured step lies within 20%
+of the step it expected. Advice that no argument applies (a stage to make cheaper) is
+recorded as such. With ``--sweep 1,2,3,4``, the worker counts are timed too (the knee: the
+smallest count within 10% of the best), and each worker count the captures advised is set
+against it ([knee, knee + 2] agrees). Run from the repository root, on a quiet machine::
+
+    python sample_traces/scenarios/family/apply_advice.py --out \\
+        sample_traces/scenarios/family/apply_advice-3.11.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
+WARMUP = 60
+STEPS = 300
+WITHIN = 0.20
+KNEE = 1.10
+
+CONFIGS: dict[str, list[str]] = {
+    # The pipeline slower than the device, in worker processes: waiting (io), CPU-bound
+    # (cpu) and both (mix), one worker each.
+    "io_w1": ["--record", "io", "--workers", "1"],
+    "cpu_w1": ["--record", "cpu", "--workers", "1"],
+    "mix_w1": ["--record", "mix", "--workers", "1"],
+    # On the training process's read threads: 16 of them, and 1 with a per-step read.
+    "io_w0_t16": ["--record", "io", "--workers", "0", "--read-threads", "16"],
+    "slow_read_t1": [
+        *["--record", "slow", "--workers", "0", "--read-threads", "1", "--read", "float"]
+    ],
+    # A per-step read over a pipeline that keeps up: remove it.
+    "light_read_w0": [
+        *["--record", "light", "--read", "float", "--workers", "0", "--read-threads", "0"]
+    ],
+}
+
+
+def _set(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+def applied(args: list[str], rec: dict[str, Any]) -> list[str] | None:
+    """The arguments with the advice applied, or None when no argument applies it."""
+    kind = rec.get("kind")
+    if kind == "grain_worker_count" and rec.get("value") is not None:
+        return _set(args, "--workers", str(rec["value"]))
+    if kind == "remove_sync":
+        return _set(args, "--read", "none")
+    return None
+
+
+def truth_ms(args: list[str]) -> float:
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--steps", str(STEPS), "--stats-json", "-"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    starts = json.loads(out.strip().splitlines()[-1])["starts_s"]
+    return (starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP)
+
+
+def capture_and_analyze(args: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "traceinspect", "capture", "--logdir", tmp, "--"]
+        command += [sys.executable, str(SCRIPT), *args, "--steps", str(STEPS)]
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        (run,) = (Path(tmp) / "plugins" / "profile").iterdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "traceinspect", "analyze", str(run), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        return {"verdict": f"error: {done.stderr.strip()[-300:]}", "recommendations": []}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--truth", type=int, default=2, help="runs without the profiler")
+    parser.add_argument("--sweep", default="", help="worker counts to time, e.g. 1,2,3,4")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("names", nargs="*", default=list(CONFIGS))
+    args = parser.parse_args()
+    timed: dict[str, list[float]] = {}
+
+    def best(cli: list[str]) -> float:
+        key = " ".join(cli)
+        while len(timed.setdefault(key, [])) < args.truth:
+            timed[key].append(round(truth_ms(cli), 3))
+            print(f"  timed {key}: {timed[key][-1]:.2f} ms", flush=True)
+        return min(timed[key])
+
+    record: dict[str, Any] = {
+        "stack": {"python": platform.python_version(), **_versions()},
+        "cpus": os.cpu_count(),
+        "figure": f"mean host step ms from step {WARMUP} to the drained end, best of runs",
+        "configs": {},
+        "timed_ms": timed,
+    }
+    for name in args.names:
+        cli = CONFIGS[name]
+        entry: dict[str, Any] = {"args": cli, "step_ms": best(cli), "captures": []}
+        if args.sweep and "--workers" in cli:
+            counts = [int(c) for c in args.sweep.split(",")]
+            steps = {c: best(_set(cli, "--workers", str(c))) for c in counts}
+            fastest = min(steps.values())
+            entry["sweep_ms"] = steps
+            entry["knee"] = min(c for c, ms in steps.items() if ms <= fastest * KNEE)
+        for i in range(args.repeats):
+            result = capture_and_analyze(cli)
+            first = (result.get("recommendations") or [{}])[0]
+            got: dict[str, Any] = {
+                "load_1min": round(os.getloadavg()[0], 2),
+                "verdict": result.get("verdict"),
+                "advice": first.get("kind"),
+                "value": first.get("value"),
+                "expected_step_ms": first.get("expected_step_ms"),
+            }
+            fixed = applied(cli, first)
+            if fixed is not None and got["expected_step_ms"]:
+                measured = best(fixed)
+                got["applied"] = fixed
+                got["applied_step_ms"] = measured
+                got["off_by"] = round(measured / got["expected_step_ms"] - 1, 3)
+                got["holds"] = abs(got["off_by"]) <= WITHIN
+            if "knee" in entry and first.get("kind") == "grain_worker_count":
+                knee = entry["knee"]
+                got["count_agrees"] = knee <= (first.get("value") or 0) <= knee + 2
+            entry["captures"].append(got)
+            print(f"{name} {i + 1}/{args.repeats}: {json.dumps(got)}", flush=True)
+        record["configs"][name] = entry
+        args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    return {n: md.version(n) for n in ("jax", "jaxlib", "grain")}
+
+
+if __name__ == "__main__":
+    main()
