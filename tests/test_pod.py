@@ -114,7 +114,7 @@ def test_one_slow_host_is_named_and_confirmed(tmp_path: Path) -> None:
     # h2 makes a batch in 6 ms for 3.9 ms of device work (3 compute + 0.9 all-reduce):
     # ceil(6 * 1.25 / 3.9) = 2 workers, one setting for every host.
     assert workers.host == "h2" and workers.value == 2
-    assert workers.message.startswith("Set grain_worker_count to 2 on every host: h2 needs")
+    assert workers.message.startswith("Set the Grain worker count to 2 on every host: h2 needs")
 
 
 def test_balanced_pod_has_no_straggler(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def recommendations(
             Recommendation(
                 "input_pipeline",
                 "Make batches faster than the step: prefetch in the background (Grain "
-                "mp_prefetch / more grain_worker_count, more read threads), or make "
+                "mp_prefetch with more worker processes, more read threads), or make "
                 "preprocessing cheaper.",
                 input_ms_per_step=round(input_ns / 1e6, 4),
                 device_busy_ms_per_step=round(busy_ns / 1e6, 4),

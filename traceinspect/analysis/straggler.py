@@ -531,10 +531,10 @@ def _recommendations(
         currents = {r.current for r in workers.values()}
         current = currents.pop() if len(currents) == 1 else None
         if current is not None and value <= int(current):
-            message = f"Keep grain_worker_count at {current} on every host."
+            message = f"Keep the Grain worker count at {current} on every host."
         else:
             message = (
-                f"Set grain_worker_count to {value} on every host: {need} needs it; "
+                f"Set the Grain worker count to {value} on every host: {need} needs it; "
                 f"{workers[need].reason}."
             )
         recs.append(
