@@ -79,13 +79,22 @@ def assert_clean_run_dir(result: CaptureResult) -> None:
 
 
 def parent_process(
-    command: Sequence[str], logdir: Path, kill_grace_s: float = 20, **popen: Any
+    command: Sequence[str],
+    logdir: Path,
+    kill_grace_s: float = 20,
+    save_grace_s: float | None = None,
+    **popen: Any,
 ) -> subprocess.Popen[str]:
     """Run the capture parent as its own process, as the CLI would, for signal tests."""
     code = (
         "import sys\n"
         "from traceinspect.capture import CaptureOptions, run_capture\n"
-        f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r},"
+        + (
+            ""
+            if save_grace_s is None
+            else f"import traceinspect.capture._runner as r; r.SAVE_GRACE_S = {save_grace_s}\n"
+        )
+        + f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r},"
         f" kill_grace_s={kill_grace_s}, skip_steps=2, steps=5))\n"
         "sys.exit(r.exit_code)\n"
     )

@@ -287,6 +287,49 @@ def test_a_script_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path)
     assert any("killed by traceinspect" in str(r) for r in sidecar["partial_reasons"])  # type: ignore[attr-defined]
 
 
+# Holds the GIL for ever in a C loop that checks no signal: no Python handler and no other
+# thread of the script runs again. Its `sleep` is started first.
+_STUCK = """\
+import itertools, pathlib, subprocess, sys
+sleeper = subprocess.Popen(["sleep", "1000"])
+pathlib.Path(sys.argv[1]).write_text(str(sleeper.pid))
+pathlib.Path(sys.argv[2]).write_text("stuck")
+sum(itertools.repeat(0))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_script_stuck_holding_the_gil_is_killed_from_capture(tmp_path: Path) -> None:
+    """Neither its SIGTERM handler nor the thread that would save its trace can run: capture
+    kills it, and its `sleep`, SAVE_GRACE_S after asking; the sidecar says why no trace."""
+    script, marker, grandchild = tmp_path / "stuck.py", tmp_path / "stuck", tmp_path / "pid"
+    script.write_text(_STUCK)
+    proc = parent_process(
+        [sys.executable, str(script), str(grandchild), str(marker)],
+        tmp_path / "logs",
+        kill_grace_s=1,
+        save_grace_s=1,
+        start_new_session=True,
+    )
+    _wait_for(marker, proc)
+    processes = _tree(_children(proc.pid)[0])
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    took = time.monotonic() - started
+    left = _left_after(processes, 5)
+    _kill_all(processes)
+
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert took < 10
+    assert not left, f"ran on after the script was killed: {left}"
+    sidecar = _sidecar(tmp_path / "logs")
+    assert sidecar["partial_reasons"] == [
+        "the script was killed by traceinspect (it went on 1 s after SIGTERM) before it saved"
+        " a trace"
+    ]
+
+
 def test_os_exit_inside_the_window_keeps_the_trace(tmp_path: Path) -> None:
     result = capture(
         tmp_path, [sys.executable, str(TRAIN), "--steps", "12", "--exit-at", "4", "--os-exit"]
