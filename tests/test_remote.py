@@ -245,6 +245,121 @@ def test_missing_filesystem_package_names_it(monkeypatch: pytest.MonkeyPatch) ->
         traceinspect.load("s3://b/logs")
 
 
+# --- gs:// without gcsfs or without credentials --------------------------------------------
+def _loopback_only(home: Path) -> dict[str, str]:
+    """An environment in which Google's libraries find no credentials and could reach only
+    loopback: no metadata server lookups (NO_GCE_CHECK), and one pointed at a closed local
+    port if they looked anyway; the storage endpoint and any proxy too."""
+    closed = "127.0.0.1:9"
+    return {
+        "HOME": str(home),
+        "CLOUDSDK_CONFIG": str(home / "gcloud"),
+        "NO_GCE_CHECK": "true",
+        "GCE_METADATA_HOST": closed,
+        "GCE_METADATA_IP": closed,
+        "GCE_METADATA_TIMEOUT": "1",
+        "STORAGE_EMULATOR_HOST": f"http://{closed}",
+        "HTTP_PROXY": f"http://{closed}",
+        "HTTPS_PROXY": f"http://{closed}",
+    }
+
+
+@pytest.fixture
+def no_cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """This process in :func:`_loopback_only`'s environment, fsspec's config without a token."""
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    for name in [n for n in os.environ if n.startswith("FSSPEC_G")]:
+        monkeypatch.delenv(name)
+    for protocol in ("gs", "gcs"):
+        monkeypatch.delitem(fsspec.config.conf, protocol, raising=False)
+    for name, value in _loopback_only(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    return tmp_path
+
+
+def test_gs_without_gcsfs_names_the_extra(no_cloud: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # import gcsfs now raises ImportError
+    with pytest.raises(UsageError) as err:
+        traceinspect.load("gs://bucket/logdir")
+    assert str(err.value).startswith("gs://bucket/logdir: fsspec cannot load the gs:// filesystem")
+    assert str(err.value).endswith("pip install 'traceinspect[gcs]'.")
+
+
+def test_gs_without_credentials_fails_at_once(no_cloud: Path) -> None:
+    """gcsfs would ask for a metadata server, then read anonymously with retries (~45 s)."""
+    pytest.importorskip("gcsfs")
+    started = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        traceinspect.load("gs://bucket/logdir")
+    assert time.monotonic() - started < 2
+    assert str(err.value) == (
+        "gs://bucket/logdir: no Google Cloud credentials on this machine: run 'gcloud auth "
+        "application-default login' (or set GOOGLE_APPLICATION_CREDENTIALS to a key file; "
+        "FSSPEC_GS_TOKEN=anon reads a public bucket)."
+    )
+    assert err.value.path == "gs://bucket/logdir"
+
+
+@pytest.mark.parametrize(
+    "given", ["adc_file", "key_env", "fsspec_token", "token_cache", "gce_vm", "metadata_env"]
+)
+def test_gs_with_any_credentials_is_let_through(
+    no_cloud: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str
+) -> None:
+    """Each source of credentials gcsfs would use passes the check (the check alone is run:
+    nothing here goes to gcsfs, so nothing reaches a network)."""
+    pytest.importorskip("gcsfs")
+    product_name = tmp_path / "product_name"
+    product_name.write_text("Standard PC (Q35 + ICH9, 2009)\n")
+    monkeypatch.setattr(fs, "_GCE_PRODUCT_NAME", product_name)
+    for name in fs._METADATA_ENV:
+        monkeypatch.delenv(name, raising=False)
+    if given == "adc_file":
+        (no_cloud / "gcloud").mkdir()
+        (no_cloud / "gcloud" / "application_default_credentials.json").write_text("{}")
+    elif given == "key_env":
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "key.json"))
+    elif given == "fsspec_token":
+        monkeypatch.setitem(fsspec.config.conf, "gs", {"token": "anon"})
+    elif given == "token_cache":
+        (no_cloud / ".gcs_tokens").write_bytes(b"")
+    elif given == "gce_vm":
+        product_name.write_text("Google Compute Engine\n")
+        monkeypatch.delenv("NO_GCE_CHECK")
+    else:
+        monkeypatch.setenv("GCE_METADATA_HOST", "169.254.169.254")
+        monkeypatch.delenv("NO_GCE_CHECK")
+    fs._check_gcs_credentials(URLPath("gs://bucket/logdir"))
+    if given in ("gce_vm", "metadata_env"):
+        monkeypatch.setenv("NO_GCE_CHECK", "true")  # as google-auth: no metadata server then
+        with pytest.raises(UsageError, match="no Google Cloud credentials"):
+            fs._check_gcs_credentials(URLPath("gs://bucket/logdir"))
+
+
+def test_cli_gs_without_credentials_is_one_line_and_quick(tmp_path: Path) -> None:
+    """In a fresh process (google-auth reads its variables on import): exit 2, one line."""
+    pytest.importorskip("gcsfs")
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
+    env = {k: v for k, v in env.items() if not k.startswith("FSSPEC_G")}
+    env.update(_loopback_only(tmp_path), PYTHONPATH=str(ROOT))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "traceinspect", "info", "gs://bucket/logdir"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert time.monotonic() - started < 20
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "Error: gs://bucket/logdir: no Google Cloud credentials on this machine: run 'gcloud "
+        "auth application-default login' (or set GOOGLE_APPLICATION_CREDENTIALS to a key "
+        "file; FSSPEC_GS_TOKEN=anon reads a public bucket)."
+    ]
+
+
 class Forbidding(MemoryFileSystem):  # type: ignore[misc]
     """A filesystem that lists but refuses to read, as a bucket without read access does."""
 

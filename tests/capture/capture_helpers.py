@@ -78,13 +78,24 @@ def assert_clean_run_dir(result: CaptureResult) -> None:
     assert not list(logdir.glob(".traceinspect-tmp-*"))
 
 
-def parent_process(command: Sequence[str], logdir: Path, **popen: Any) -> subprocess.Popen[str]:
+def parent_process(
+    command: Sequence[str],
+    logdir: Path,
+    kill_grace_s: float = 20,
+    save_grace_s: float | None = None,
+    **popen: Any,
+) -> subprocess.Popen[str]:
     """Run the capture parent as its own process, as the CLI would, for signal tests."""
     code = (
         "import sys\n"
         "from traceinspect.capture import CaptureOptions, run_capture\n"
-        f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r}, kill_grace_s=20,"
-        " skip_steps=2, steps=5))\n"
+        + (
+            ""
+            if save_grace_s is None
+            else f"import traceinspect.capture._runner as r; r.SAVE_GRACE_S = {save_grace_s}\n"
+        )
+        + f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r},"
+        f" kill_grace_s={kill_grace_s}, skip_steps=2, steps=5))\n"
         "sys.exit(r.exit_code)\n"
     )
     env = {**os.environ, **popen.pop("env", {}), "PYTHONPATH": str(REPO)}

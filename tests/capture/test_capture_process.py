@@ -1,7 +1,9 @@
-"""The capture parent as its own process: Python semantics, Ctrl-C, SIGTERM, exit codes."""
+"""The capture parent as its own process: Python semantics, Ctrl-C, SIGTERM, SIGKILL, exit
+codes, and no process of the script left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from capture_helpers import SCRIPTS, TRAIN, capture, parent_process
+from capture_helpers import REPO, SCRIPTS, TRAIN, capture, parent_process
 
-from traceinspect.capture import SIDECAR_NAME
+from traceinspect.capture import SIDECAR_NAME, TERMINATE_GRACE_S
 from traceinspect.capture._child import ENTRY
 
 # A real capture analysed: run on every stack of the support matrix (noxfile.py).
@@ -106,9 +108,10 @@ def test_the_child_runs_where_traceinspect_cannot_be_imported(
 
 
 def test_ctrl_c_in_the_window_writes_a_partial_trace(tmp_path: Path) -> None:
-    marker = tmp_path / "in_window"
+    """... and what the script started ends with it, even a process deaf to Ctrl-C."""
+    marker, grandchild = tmp_path / "in_window", tmp_path / "grandchild"
     command = [sys.executable, str(TRAIN), "--steps", "20", "--hang-at", "4"]
-    command += ["--marker", str(marker)]
+    command += ["--marker", str(marker), "--grandchild", str(grandchild)]
     proc = parent_process(
         command, tmp_path / "logs", start_new_session=True, stderr=subprocess.PIPE
     )
@@ -126,12 +129,17 @@ def test_ctrl_c_in_the_window_writes_a_partial_trace(tmp_path: Path) -> None:
     assert sidecar["trace_files"]
     run_dir = next((tmp_path / "logs" / "plugins" / "profile").iterdir())
     assert list(run_dir.glob("*.xplane.pb"))
+    sleeper = int(grandchild.read_text())
+    left = _left_after([sleeper], 5)
+    _kill_all([sleeper])
+    assert not left, "the script's `sleep` outlived it"
 
 
 def test_sigterm_to_capture_is_passed_on_and_the_trace_kept(tmp_path: Path) -> None:
-    marker = tmp_path / "in_window"
+    """... and the process the script started (a `sleep`) ends with it."""
+    marker, grandchild = tmp_path / "in_window", tmp_path / "grandchild"
     command = [sys.executable, str(TRAIN), "--steps", "20", "--hang-at", "3"]
-    command += ["--marker", str(marker)]
+    command += ["--marker", str(marker), "--grandchild", str(grandchild)]
     proc = parent_process(command, tmp_path / "logs", start_new_session=True)
     _wait_for(marker, proc)
     started = time.monotonic()
@@ -146,12 +154,24 @@ def test_sigterm_to_capture_is_passed_on_and_the_trace_kept(tmp_path: Path) -> N
     assert sidecar["trace_files"]
     window = sidecar["window"]
     assert isinstance(window, dict) and window["first_step"] == 2
+    sleeper = int(grandchild.read_text())
+    left = _left_after([sleeper], 5)
+    _kill_all([sleeper])
+    assert not left, "the script's `sleep` outlived it"
 
 
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    found = [pid]
+    for child in _children(pid):
+        found += _tree(child)
     return found
 
 
@@ -163,22 +183,151 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _left_after(pids: list[int], timeout_s: float) -> list[str]:
+    """The command lines of ``pids`` still alive ``timeout_s`` from now (at most)."""
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if _alive(pid):
+                left.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "))
+    return left
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _sigkill_capture(tmp_path: Path, *script_args: str, kill_grace_s: float = 20) -> list[str]:
+    """Run the script under a capture process, SIGKILL the capture inside the window and
+    return what of the script's processes is left after ``kill_grace_s`` + 10 s; the run
+    directory must hold the trace."""
+    marker, grandchild = tmp_path / "in_window", tmp_path / "grandchild"
+    command = [sys.executable, str(TRAIN), "--steps", "20", "--hang-at", "3"]
+    command += ["--marker", str(marker), "--grandchild", str(grandchild), *script_args]
+    proc = parent_process(
+        command, tmp_path / "logs", kill_grace_s=kill_grace_s, start_new_session=True
+    )
+    _wait_for(marker, proc)
+    (script,) = _children(proc.pid)
+    processes = _tree(script)
+    assert int(grandchild.read_text()) in processes
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    try:
+        left = _left_after(processes, kill_grace_s + 10)
+    finally:
+        _kill_all(processes)
+    run_dir = next((tmp_path / "logs" / "plugins" / "profile").iterdir())
+    assert list(run_dir.glob("*.xplane.pb")), "the trace was lost"
+    return left
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_sigkill_of_capture_ends_the_script_too(tmp_path: Path) -> None:
     """A scheduler's kill or an OOM kill of `traceinspect capture`: the script does not run
-    on orphaned (it got SIGTERM from the kernel, and its handler ended it)."""
-    marker = tmp_path / "in_window"
-    command = [sys.executable, str(TRAIN), "--steps", "20", "--hang-at", "3"]
-    command += ["--marker", str(marker)]
-    proc = parent_process(command, tmp_path / "logs", start_new_session=True)
+    on orphaned (it got SIGTERM from the kernel, and its handler ended it), and neither do
+    the processes it started: a Grain worker and a `sleep`."""
+    left = _sigkill_capture(tmp_path, "--workers", "1")
+    assert not left, f"ran on after their capture process was killed: {left}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_sigkill_of_capture_ends_a_script_that_ignores_sigterm(tmp_path: Path) -> None:
+    """The kernel's SIGTERM is ignored: the child's watch on its capture process saves the
+    trace and kills the script and its `sleep`, ``kill_grace_s`` later."""
+    started = time.monotonic()
+    left = _sigkill_capture(tmp_path, "--ignore-sigterm", kill_grace_s=1)
+    assert not left, f"ran on after their capture process was killed: {left}"
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_script_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    """SIGTERM to `traceinspect capture`, whose script ignores it: TERMINATE_GRACE_S later
+    the script is killed with its `sleep`, its trace saved first; capture exits as the
+    script did (137) and says so in one line."""
+    marker, grandchild = tmp_path / "in_window", tmp_path / "grandchild"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "traceinspect", "capture", "--logdir", str(tmp_path / "logs")),
+            *("--skip-steps", "2", "--steps", "5", "--", sys.executable, str(TRAIN)),
+            *("--steps", "20", "--hang-at", "3", "--marker", str(marker)),
+            *("--grandchild", str(grandchild), "--ignore-sigterm"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
     _wait_for(marker, proc)
-    (script,) = _children(proc.pid)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    deadline = time.monotonic() + 30
-    while _alive(script) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(script), "the script ran on after its capture process was killed"
+    processes = _tree(_children(proc.pid)[0])
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=TERMINATE_GRACE_S + 30)
+    took = time.monotonic() - started
+    left = _left_after(processes, 5)
+    _kill_all(processes)
+
+    assert proc.returncode == 128 + signal.SIGKILL, err[-3000:]
+    assert TERMINATE_GRACE_S <= took < TERMINATE_GRACE_S + 10
+    assert not left, f"ran on after the script was killed: {left}"
+    killed = [line for line in err.splitlines() if line.startswith("traceinspect: the script was")]
+    assert killed == [
+        f"traceinspect: the script was killed (it went on {TERMINATE_GRACE_S:g} s after"
+        " SIGTERM), with the processes it started"
+    ], err[-3000:]
+    sidecar = _sidecar(tmp_path / "logs")
+    assert sidecar["exit_signal"] == "SIGKILL"
+    assert sidecar["trace_files"], sidecar["partial_reasons"]
+    assert any("killed by traceinspect" in str(r) for r in sidecar["partial_reasons"])  # type: ignore[attr-defined]
+
+
+# Holds the GIL for ever in a C loop that checks no signal: no Python handler and no other
+# thread of the script runs again. Its `sleep` is started first.
+_STUCK = """\
+import itertools, pathlib, subprocess, sys
+sleeper = subprocess.Popen(["sleep", "1000"])
+pathlib.Path(sys.argv[1]).write_text(str(sleeper.pid))
+pathlib.Path(sys.argv[2]).write_text("stuck")
+sum(itertools.repeat(0))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_script_stuck_holding_the_gil_is_killed_from_capture(tmp_path: Path) -> None:
+    """Neither its SIGTERM handler nor the thread that would save its trace can run: capture
+    kills it, and its `sleep`, SAVE_GRACE_S after asking; the sidecar says why no trace."""
+    script, marker, grandchild = tmp_path / "stuck.py", tmp_path / "stuck", tmp_path / "pid"
+    script.write_text(_STUCK)
+    proc = parent_process(
+        [sys.executable, str(script), str(grandchild), str(marker)],
+        tmp_path / "logs",
+        kill_grace_s=1,
+        save_grace_s=1,
+        start_new_session=True,
+    )
+    _wait_for(marker, proc)
+    processes = _tree(_children(proc.pid)[0])
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    took = time.monotonic() - started
+    left = _left_after(processes, 5)
+    _kill_all(processes)
+
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert took < 10
+    assert not left, f"ran on after the script was killed: {left}"
+    sidecar = _sidecar(tmp_path / "logs")
+    assert sidecar["partial_reasons"] == [
+        "the script was killed by traceinspect (it went on 1 s after SIGTERM) before it saved"
+        " a trace"
+    ]
 
 
 def test_os_exit_inside_the_window_keeps_the_trace(tmp_path: Path) -> None:

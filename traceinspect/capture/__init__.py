@@ -40,6 +40,11 @@ Trace annotations added inside the window (host plane, main thread):
 
 The sidecar's fields and their reader are in :mod:`traceinspect.sidecar`.
 
+SIGTERM and SIGHUP sent to the capture process, and a second Ctrl-C, are passed on to the
+script; one still running ``kill_grace_s`` later (:data:`TERMINATE_GRACE_S`) has its trace
+saved and is killed, with the processes it started. If the capture process dies (SIGKILL),
+the script gets SIGTERM from the kernel and is ended the same way (Linux).
+
 :func:`run_phase` runs the script once as a phase of ``traceinspect isolate`` instead: the
 same child with host timing only, no profiler (:mod:`traceinspect.capture._phase`).
 
@@ -65,6 +70,7 @@ from traceinspect.capture._phase import (
 )
 from traceinspect.capture._runner import (
     STEP_SOURCES,
+    TERMINATE_GRACE_S,
     CaptureOptions,
     CaptureProgress,
     CaptureResult,
@@ -81,6 +87,7 @@ __all__ = [
     "ANN_STEP",
     "SIDECAR_NAME",
     "STEP_SOURCES",
+    "TERMINATE_GRACE_S",
     "CaptureOptions",
     "CaptureProgress",
     "CaptureResult",

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from traceinspect import sidecar as SC
 from traceinspect._version import __version__
-from traceinspect.capture._child import ENTRY, facts
+from traceinspect.capture._child import ENTRY, facts, reap
 from traceinspect.capture._child._base import _write_json_atomic
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.errors import CaptureError, CaptureUsageError
@@ -34,6 +34,14 @@ STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
 STATUS_NAME = "status.json"
 # How often a caller's progress callback is called while the script runs (seconds).
 PROGRESS_EVERY_S = 0.2
+#: How long a script has to end after capture passed on SIGTERM or SIGHUP (or a second
+#: Ctrl-C) before capture ends it (``CaptureOptions.kill_grace_s``): its trace is saved by a
+#: thread of the child, then it is killed (SIGKILL) with the processes it started.
+TERMINATE_GRACE_S = 5.0
+#: How long that save may take before the script and what it started are killed regardless.
+SAVE_GRACE_S = 15.0
+# The child's scratch file that says capture is stopping it (``_child.run._stopping``).
+STOP_NAME = "stopping"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +75,8 @@ class CaptureOptions:
     #: The script's stdout goes to this process's stderr (``capture --json``: stdout holds
     #: the JSON alone).
     script_stdout_to_stderr: bool = False
-    kill_grace_s: float = 30.0
+    #: After a stop passed on, how long before the script is ended (``TERMINATE_GRACE_S``).
+    kill_grace_s: float = TERMINATE_GRACE_S
     #: A run directory shared by every capture that names it (one per host of a pod); None
     #: for a new timestamped one.
     run_name: str | None = None
@@ -124,6 +133,8 @@ class CaptureResult:
     #: Why the run directory could not be written (a full disk, a folder gone), when it
     #: could not: the trace, the report or the sidecar is missing (``capture`` exits 1).
     write_error: str | None = None
+    #: Why capture killed the script (it went on ``kill_grace_s`` after SIGTERM), when it did.
+    killed: str | None = None
 
     @functools.cached_property
     def record(self) -> SC.Sidecar:
@@ -180,6 +191,7 @@ class CaptureResult:
             "partial": self.partial,
             "partial_reasons": list(self.partial_reasons),
             "write_error": self.write_error,
+            "killed": self.killed,
             "summary": self.summary(),
         }
 
@@ -335,7 +347,11 @@ def _window_options(options: CaptureOptions) -> dict[str, Any]:
 
 
 def _child_config(
-    cmd: ScriptCommand, options: CaptureOptions, run_dir: str, scratch: str
+    cmd: ScriptCommand,
+    options: CaptureOptions,
+    run_dir: str,
+    scratch: str,
+    control_fd: int | None = None,
 ) -> dict[str, Any]:
     return {
         "mode": cmd.mode,
@@ -345,8 +361,13 @@ def _child_config(
         "run_dir": run_dir,
         "host_name": options.host_name,
         "export_dir": str(Path(scratch, "export")),
-        # The child dies with us (run.py: PR_SET_PDEATHSIG), not on orphaned.
+        # The child dies with us (run.py: PR_SET_PDEATHSIG and _watch_parent), not on
+        # orphaned, and so does what it started when we stop it (the stop file).
         "parent_pid": os.getpid(),
+        "stop_path": str(Path(scratch, STOP_NAME)),
+        "control_fd": control_fd,
+        "kill_grace_s": options.kill_grace_s,
+        "save_grace_s": SAVE_GRACE_S,
         "report_path": str(Path(scratch, "report.json")),
         **_window_options(options),
         "host_tracer_level": options.host_tracer_level,
@@ -363,32 +384,63 @@ class _SignalRelay:
     """Pass signals to the child the way a shell user expects, and never wait forever.
 
     Ctrl-C reaches the whole foreground process group, so the child already has it: the first
-    SIGINT is not forwarded; a second one is, and a third kills the child. SIGTERM and SIGHUP
-    sent to us are forwarded; if the child is still alive ``grace_s`` later it is killed.
+    SIGINT is not forwarded; a second one is, and a third ends the child at once. SIGTERM and
+    SIGHUP sent to us are forwarded. Each stop first writes the stop file, so that the child
+    ends what it started on its way out. If the child is still alive ``grace_s`` after a
+    forwarded signal (it ignores SIGTERM, or is stuck), a line on the control pipe has a
+    thread of the child save its trace and kill it; ``SAVE_GRACE_S`` later it is killed from
+    here, with every process below it.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], grace_s: float, control_fd: int, stop_path: str
+    ) -> None:
         self.proc = proc
         self.grace_s = grace_s
+        self.control_fd = control_fd
+        self.stop_path = stop_path
         self.interrupts = 0
         self.kill_at: float | None = None
+        self.kill_why = ""
+        self.hard_kill_at: float | None = None
+        #: Why the child was ended from here, once it was.
+        self.killed: str | None = None
 
     def _send(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(sig)
 
+    def _stopping(self) -> None:
+        with contextlib.suppress(OSError):
+            Path(self.stop_path).touch()
+
+    def _end(self, why: str) -> None:
+        """Have the child save its trace and die; kill it from here if it cannot."""
+        self.kill_at = None
+        if self.killed is not None:
+            return
+        self.killed = why
+        with contextlib.suppress(OSError):
+            os.write(self.control_fd, f"{why}\n".encode())
+        self.hard_kill_at = time.monotonic() + SAVE_GRACE_S
+
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
+        self._stopping()
         if self.interrupts == 2:
             self._send(signal.SIGINT)
             self.kill_at = time.monotonic() + self.grace_s
+            self.kill_why = f"it went on {self.grace_s:g} s after a second Ctrl-C"
         elif self.interrupts >= 3:
-            self._send(signal.SIGKILL)
+            self._end("a third Ctrl-C")
 
     def on_terminate(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping()
         self._send(signum)
-        if self.kill_at is None:
+        if self.kill_at is None and self.killed is None:
             self.kill_at = time.monotonic() + self.grace_s
+            name = signal.Signals(signum).name
+            self.kill_why = f"it went on {self.grace_s:g} s after {name}"
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -412,9 +464,13 @@ class _SignalRelay:
             try:
                 return self.proc.wait(timeout=PROGRESS_EVERY_S)
             except subprocess.TimeoutExpired:
-                if self.kill_at is not None and time.monotonic() > self.kill_at:
-                    self._send(signal.SIGKILL)
-                    self.kill_at = None
+                now = time.monotonic()
+                if self.kill_at is not None and now > self.kill_at:
+                    self._end(self.kill_why)
+                if self.hard_kill_at is not None and now > self.hard_kill_at:
+                    self.hard_kill_at = None
+                    if self.proc.poll() is None:  # not reaped: the pid is still the child's
+                        reap.kill_tree(self.proc.pid)
                 if tick is not None:
                     tick()
 
@@ -473,10 +529,14 @@ def run_capture(
     shared = options.run_name is not None
     run_name, run_dir, scratch = _prepare_logdir(options.logdir, options.run_name)
     sidecar_path = Path(run_dir, SC.file_name(options.host if shared else None))
+    control: tuple[int, int] | None = None
     try:
         if shared:
             _claim_host(run_dir, options, cmd)
-        config = _child_config(cmd, options, run_dir, scratch)
+        # The child gets the read end of this pipe; only we hold the write end, so the child
+        # sees it close when we die, however we die (run.py: _watch_parent).
+        control = os.pipe()
+        config = _child_config(cmd, options, run_dir, scratch, control_fd=control[0])
         if progress is not None:
             config["status_path"] = str(Path(scratch, STATUS_NAME))
         config_path = Path(scratch, "config.json")
@@ -484,8 +544,14 @@ def run_capture(
         argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
         started_ns = time.time_ns()
         # fd 2, this process' stderr: the script's output stays apart from our JSON.
-        proc = subprocess.Popen(argv, stdout=2 if options.script_stdout_to_stderr else None)
+        proc = subprocess.Popen(
+            argv,
+            stdout=2 if options.script_stdout_to_stderr else None,
+            pass_fds=(control[0],),
+        )
     except (CaptureError, OSError) as exc:
+        if control is not None:
+            os.close(control[1])
         shutil.rmtree(scratch, ignore_errors=True)
         if isinstance(exc, CaptureError):
             raise
@@ -495,13 +561,21 @@ def run_capture(
             # Only if empty: a shared run directory may hold other hosts' files.
             Path(run_dir).rmdir()
         raise CaptureError(f"cannot start {cmd.python!r}: {exc.strerror or exc}") from None
-    relay = _SignalRelay(proc, options.kill_grace_s)
+    finally:
+        if control is not None:
+            os.close(control[0])
+    relay = _SignalRelay(proc, options.kill_grace_s, control[1], config["stop_path"])
     tick = None if progress is None else _Reporter(progress, config["status_path"])
-    with relay.installed():
-        returncode = relay.wait(tick)
+    try:
+        with relay.installed():
+            returncode = relay.wait(tick)
+    finally:
+        os.close(control[1])
     ended_ns = time.time_ns()
 
     exit_code, exit_signal = _exit_code(returncode)
+    # Asked to end, it may have ended by itself meanwhile: killed only if it died so.
+    killed = relay.killed if exit_signal == "SIGKILL" else None
     report = _read_report(config["report_path"])
     shutil.rmtree(scratch, ignore_errors=True)
     # No report, or no trace: say why when the run directory cannot be written (the child's
@@ -519,6 +593,7 @@ def run_capture(
         started_ns=started_ns,
         ended_ns=ended_ns,
         write_error=write_error,
+        killed=killed,
     )
     try:
         _write_json_atomic(str(sidecar_path), sidecar)
@@ -538,6 +613,7 @@ def run_capture(
         partial_reasons=tuple(sidecar["partial_reasons"]),
         sidecar=sidecar,
         write_error=write_error,
+        killed=killed,
     )
 
 
@@ -553,12 +629,15 @@ def _build_sidecar(
     started_ns: int,
     ended_ns: int,
     write_error: str | None = None,
+    killed: str | None = None,
 ) -> SC.SidecarJSON:
     """The sidecar: the run as the parent saw it, and the child's report of it."""
     reasons: list[str] = []
     if write_error is not None:
         reasons.append(f"no trace could be written: {write_error}")
-    if report is None and write_error is None:
+    if report is None and killed is not None:
+        reasons.append(f"the script was killed by traceinspect ({killed}) before it saved a trace")
+    elif report is None and write_error is None:
         reasons.append(
             "the script ended before traceinspect could record anything"
             + (f" (killed by {exit_signal})" if exit_signal else "")

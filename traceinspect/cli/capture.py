@@ -269,6 +269,12 @@ def capture(
     else:
         for path in result.trace_paths:
             click.echo(f"traceinspect: trace in {path}", err=True)
+        if result.killed is not None:
+            click.echo(
+                f"traceinspect: the script was killed ({result.killed}), with the processes "
+                "it started",
+                err=True,
+            )
         if result.write_error is not None:
             click.echo(f"traceinspect: no trace written: {result.write_error}", err=True)
         elif not result.trace_paths:

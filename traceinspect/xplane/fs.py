@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import importlib.util
 import os
 import re
 import shutil
@@ -43,6 +44,9 @@ _CREDENTIALS = {
     "s3": "aws configure, or AWS_PROFILE",
     "s3a": "aws configure, or AWS_PROFILE",
 }
+# google-auth's names for a metadata server of one's own; the file that names a GCE VM.
+_METADATA_ENV = ("GCE_METADATA_HOST", "GCE_METADATA_ROOT", "GCE_METADATA_IP")
+_GCE_PRODUCT_NAME = Path("/sys/class/dmi/id/product_name")
 # fsspec's info() names the modification time differently per filesystem.
 _MTIME_KEYS = ("mtime", "updated", "LastModified", "last_modified", "created")
 _ETAG_KEYS = ("ETag", "etag", "md5Hash", "generation")
@@ -238,6 +242,8 @@ def _filesystem(loc: URLPath) -> tuple[Any, str]:
         raise UsageError(
             f"{loc}: reading {loc.protocol}:// log directories needs fsspec: pip install {extra}."
         ) from None
+    if loc.protocol in ("gs", "gcs"):
+        _check_gcs_credentials(loc)
     try:
         fsys, path = url_to_fs(loc.url)
     except ImportError as exc:
@@ -258,6 +264,52 @@ def _filesystem(loc: URLPath) -> tuple[Any, str]:
     except Exception as exc:
         raise _unreadable(loc, exc, TraceNotFoundError) from None
     return fsys, str(path)
+
+
+def _check_gcs_credentials(loc: URLPath) -> None:
+    """Refuse gs:// at once where gcsfs would find no credentials: it would ask the metadata
+    server of a Compute Engine VM that is not there, then read anonymously, retrying every
+    request for ~45 s before failing. Told without the network: a token in fsspec's config
+    (``FSSPEC_GS_TOKEN``), ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application-default
+    credentials, gcsfs' token cache, or a Google Compute Engine VM (its metadata server, unless
+    ``NO_GCE_CHECK=true``). Without gcsfs installed, fsspec's ImportError says what to
+    install instead."""
+    if importlib.util.find_spec("gcsfs") is None:
+        return
+    from fsspec.config import conf
+
+    if any(conf.get(protocol, {}).get("token") for protocol in ("gs", "gcs")):
+        return
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return
+    gcloud = os.environ.get("CLOUDSDK_CONFIG") or (
+        Path(os.environ["APPDATA"], "gcloud")
+        if os.name == "nt" and "APPDATA" in os.environ
+        else Path.home() / ".config" / "gcloud"
+    )
+    cached = Path.home() / ".gcs_tokens"
+    if Path(gcloud, "application_default_credentials.json").is_file() or cached.is_file():
+        return
+    if os.environ.get("NO_GCE_CHECK", "").lower() != "true" and _on_gce():
+        return
+    raise UsageError(
+        f"{loc}: no Google Cloud credentials on this machine: run 'gcloud auth "
+        "application-default login' (or set GOOGLE_APPLICATION_CREDENTIALS to a key file; "
+        "FSSPEC_GS_TOKEN=anon reads a public bucket).",
+        path=loc,
+    )
+
+
+def _on_gce() -> bool:
+    """A Compute Engine VM (a TPU VM, a GKE node) or a metadata server named by the
+    environment: its service account may read the bucket. As google-auth tells, from the
+    machine's product name, without the network."""
+    if any(os.environ.get(name) for name in _METADATA_ENV):
+        return True
+    try:
+        return _GCE_PRODUCT_NAME.read_text().strip().startswith("Google")
+    except OSError:
+        return False
 
 
 def _protocols(fsys: Any) -> tuple[str, ...]:

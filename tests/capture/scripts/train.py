@@ -7,6 +7,8 @@ import json
 import multiprocessing
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 
 
@@ -29,7 +31,18 @@ def main() -> None:
     parser.add_argument("--marker", default="")
     parser.add_argument("--facts", default="")
     parser.add_argument("--mp-check", action="store_true")
+    parser.add_argument(
+        "--grandchild", default="", help="start `sleep` deaf to Ctrl-C, its pid to this file"
+    )
+    parser.add_argument("--ignore-sigterm", action="store_true")
     args = parser.parse_args()
+
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, lambda signum, frame: print("SIGTERM ignored", flush=True))
+    if args.grandchild:
+        # As a shell's background job: SIGINT ignored, so a terminal's Ctrl-C does not end it.
+        sleeper = subprocess.Popen(["sh", "-c", "trap '' INT; exec sleep 1000"])
+        pathlib.Path(args.grandchild).write_text(str(sleeper.pid))
 
     if args.facts:
         facts = {

@@ -13,9 +13,11 @@ import runpy
 import signal
 import sys
 import threading
+import time
 import types
 from typing import Any, NoReturn
 
+from . import reap
 from ._base import SOURCE_TIME, _StopAfter, _Terminated, _warn
 from .grain_patches import _patch_grain, grain_method_hint, workers_vs_files_hint
 from .hooks import _PostImportFinder
@@ -40,6 +42,7 @@ def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | Non
 def _run(config: dict[str, Any]) -> None:
     _die_with_parent(config.get("parent_pid"))
     cap = _Capture(config)
+    _watch_parent(cap, config)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         if cap.stop_requested:
@@ -54,7 +57,7 @@ def _run(config: dict[str, Any]) -> None:
         }
     )
     terminated = threading.Event()
-    atexit.register(_die_by_sigterm_if, terminated)
+    atexit.register(_on_the_way_out, terminated, config)
     sys.meta_path.insert(0, finder)
     for name in list(finder.patches):
         # Already imported (by sitecustomize, say): patch it now.
@@ -62,7 +65,7 @@ def _run(config: dict[str, Any]) -> None:
         if module is not None:
             finder.patches.pop(name)(module)
     signal.signal(signal.SIGTERM, on_sigterm)
-    _finish_before_os_exit(cap)
+    _finish_before_os_exit(cap, config)
     if cap.forced in ("auto", SOURCE_TIME) and cap.timing is None:
         cap.start_time_window()
     interval_ms = float(config.get("sample_interval_ms") or 0.0)
@@ -128,8 +131,9 @@ def _die_with_parent(parent: int | None) -> None:
     """On Linux, have the kernel send us SIGTERM when the capture process that started us
     dies (SIGKILL, an OOM kill: it cannot pass a signal on then): the SIGTERM handler
     saves the trace and the script ends, where it ran on orphaned. Strictly, the death of
-    the parent's thread that started us (``run_capture`` waits on it). A script that
-    ignores SIGTERM, and the processes a script starts itself, are not stopped."""
+    the parent's thread that started us (``run_capture`` waits on it). A script that ignores
+    SIGTERM is ended by :func:`_watch_parent`; the processes the script started, on its way
+    out (:func:`_on_the_way_out`)."""
     if parent is None or not sys.platform.startswith("linux"):
         return
     try:
@@ -141,7 +145,65 @@ def _die_with_parent(parent: int | None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _finish_before_os_exit(cap: _Capture) -> None:
+def _stopping(config: dict[str, Any]) -> bool:
+    """Whether capture is stopping the script (it passed on a signal, or a terminal's Ctrl-C
+    reached it: it wrote ``stop_path`` first) or is gone. Then what the script started ends
+    with it; a script that ends by itself leaves its processes as Python would."""
+    parent, stop_path = config.get("parent_pid"), config.get("stop_path")
+    if parent is not None and os.getppid() != parent:
+        return True
+    return stop_path is not None and pathlib.Path(stop_path).exists()
+
+
+def _watch_parent(cap: _Capture, config: dict[str, Any]) -> None:
+    """End the script, its trace saved first, when capture says so or dies: a thread waits on
+    the pipe whose write end only capture holds (``control_fd``). A line on it: capture's
+    grace after a stop ran out (the script ignores SIGTERM, or is stuck); its end (capture
+    died, SIGKILL or not): the kernel sent SIGTERM (:func:`_die_with_parent`), and if the
+    script is still here ``kill_grace_s`` later it is ended as for a line. A thread, so it
+    acts while the main thread runs the script or waits in native code."""
+    fd = config.get("control_fd")
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.set_inheritable(fd, False)
+    grace_s = float(config.get("kill_grace_s") or 0.0)
+    save_s = float(config.get("save_grace_s") or 0.0)
+
+    def watch() -> None:
+        try:
+            said = os.read(fd, 4096)
+        except OSError:
+            return  # the script closed it: PR_SET_PDEATHSIG alone then
+        if said:
+            why = said.decode("utf-8", "replace").strip()
+        else:
+            time.sleep(grace_s)
+            why = f"it went on {grace_s:g} s after its capture process died"
+        _end_now(cap, f"was killed by traceinspect ({why})", save_s)
+
+    threading.Thread(target=watch, name="traceinspect-watch-parent", daemon=True).start()
+
+
+def _end_now(cap: _Capture, how: str, save_s: float) -> NoReturn:
+    """Save the trace (unless the main thread has: the lock waits out a finish under way, for
+    ``save_s`` at most), end what the script started, and die by SIGKILL."""
+    if cap.lock.acquire(timeout=save_s):
+        try:
+            if cap.ended_how is None:
+                with contextlib.suppress(BaseException):
+                    # Not finish(): only the main thread may set signal handlers.
+                    cap._finish(how)
+        finally:
+            cap.lock.release()
+    _flush()
+    with contextlib.suppress(BaseException):
+        reap.end_descendants(os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _finish_before_os_exit(cap: _Capture, config: dict[str, Any]) -> None:
     """``os._exit`` skips ``finally`` and atexit: inside the window the trace was lost.
     Stop the profiler and write the report first, as for ``sys.exit``; only in this
     process (a forked child calling ``os._exit`` exits as it would)."""
@@ -156,14 +218,22 @@ def _finish_before_os_exit(cap: _Capture) -> None:
                 else:  # finish() sets signal handlers, which only the main thread may
                     cap._finish(how)
             _flush()
+        if os.getpid() == pid and _stopping(config):
+            with contextlib.suppress(BaseException):
+                reap.end_descendants(pid)
         real_exit(status)
 
     os._exit = _exit
 
 
-def _die_by_sigterm_if(terminated: threading.Event) -> None:
+def _on_the_way_out(terminated: threading.Event, config: dict[str, Any]) -> None:
+    """The last atexit handler (registered first): after multiprocessing's has stopped Grain's
+    workers, end what the script started if capture is stopping it; then, after SIGTERM,
+    die by it as the script would have without us (the parent sees the signal)."""
+    if _stopping(config):
+        with contextlib.suppress(Exception):
+            reap.end_descendants(os.getpid())
     if terminated.is_set():
-        # The way the script would have ended without us: the parent sees the signal.
         _flush()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
