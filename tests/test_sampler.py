@@ -52,6 +52,43 @@ def test_the_sampler_names_the_users_function_and_line() -> None:
     assert (np.diff(times) > 0).all()
 
 
+def burn(stop: threading.Event, tracing: threading.Event) -> None:
+    tracing.set()
+    while not stop.is_set():
+        sum(range(1000))  # the loop's own CPU work
+
+
+def test_each_look_reads_the_thread_s_cpu_clock() -> None:
+    # A sleeping thread's clock hardly moves between looks; a busy one's moves with the wall
+    # clock (less what other threads took of the cores: at least a tenth here).
+    _, sleeping = _sample_a_thread(0.2)
+    assert sleeping is not None and "cpu_ns" in sleeping
+    cpu = np.array(sleeping["cpu_ns"])
+    wall = np.array(sleeping["t_unix_ns"])
+    assert len(cpu) == len(wall) and (np.diff(cpu) >= 0).all()
+    assert (cpu[-1] - cpu[0]) < 0.5 * (wall[-1] - wall[0])
+    stop, tracing = threading.Event(), threading.Event()
+    worker = threading.Thread(target=burn, args=(stop, tracing))
+    worker.start()
+    tracing.wait(5)
+    assert worker.ident is not None
+    sampler = StackSampler(worker.ident, tracing.is_set, interval_s=0.005)
+    sampler.start()
+    time.sleep(0.3)
+    tracing.clear()
+    time.sleep(0.06)
+    sampler.stop()
+    stop.set()
+    worker.join()
+    busy = sampler.report()
+    assert busy is not None
+    cpu, wall = np.array(busy["cpu_ns"]), np.array(busy["t_unix_ns"])
+    assert (cpu[-1] - cpu[0]) > 0.1 * (wall[-1] - wall[0])
+    read = SC.parse({"schema_version": 1, "stack_samples": json.loads(json.dumps(busy))})
+    assert read is not None and read.stack_samples is not None
+    assert read.stack_samples.cpu_ns == tuple(busy["cpu_ns"])
+
+
 def test_the_sampler_is_idle_while_the_trace_is_off() -> None:
     tracing = threading.Event()
     sampler = StackSampler(threading.get_ident(), tracing.is_set, interval_s=0.001)
@@ -83,6 +120,12 @@ def test_damaged_samples_read_as_absent() -> None:
         assert read is not None and read.stack_samples is None, damage
     read = SC.parse({"schema_version": 1, "stack_samples": good})
     assert read is not None and read.stack_samples is not None
+    assert read.stack_samples.cpu_ns is None
+    # A damaged CPU clock is left out alone: the stack stays.
+    for cpu in ([5], [5, -1], [5, 2.5], "x"):
+        read = SC.parse({"schema_version": 1, "stack_samples": {**good, "cpu_ns": cpu}})
+        assert read is not None and read.stack_samples is not None, cpu
+        assert read.stack_samples.cpu_ns is None, cpu
 
 
 def _read_loss() -> str:

@@ -139,11 +139,16 @@ class StepJSON(TypedDict):
     done_unix_ns: int | None
 
 
-class StackSamplesJSON(TypedDict):
+class _StackCpuJSON(TypedDict, total=False):
+    cpu_ns: list[int]
+
+
+class StackSamplesJSON(_StackCpuJSON):
     """The training thread's Python stack, looked at every ``interval_ms`` while the trace
     was on (``capture/_child/sampler.py``): when (``t_unix_ns``), and where (``site``: an
     index into ``sites``, each ``file.py:line function``, with ``(in module function)`` when
-    the thread was inside a library's function; ``""`` when no frame was the user's)."""
+    the thread was inside a library's function; ``""`` when no frame was the user's), and
+    the thread's CPU clock at each look (``cpu_ns``; absent where the platform has none)."""
 
     interval_ms: float
     t_unix_ns: list[int]
@@ -459,6 +464,8 @@ class StackSamples:
     t_unix_ns: tuple[int, ...]
     site: tuple[int, ...]  # index into sites, one per sample
     sites: tuple[str, ...]
+    #: The thread's CPU clock at each look (ns), or None where it was not read.
+    cpu_ns: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -644,11 +651,16 @@ def _read_stack_samples(value: object) -> StackSamples | None:
         or not all(isinstance(site, str) for site in sites)
     ):
         return None
+    cpu = _read_list(v.get("cpu_ns"))
+    cpu_ok = len(cpu) == len(times) and all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpu
+    )
     return StackSamples(
         interval,
         tuple(cast(list[int], times)),
         tuple(cast(list[int], where)),
         tuple(cast(list[str], sites)),
+        tuple(cast(list[int], cpu)) if cpu and cpu_ok else None,
     )
 
 

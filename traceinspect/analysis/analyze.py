@@ -37,6 +37,7 @@ from traceinspect.analysis.input_stages import (
     stage_advice,
     transfer_ns_per_step,
 )
+from traceinspect.analysis.loop_cpu import LoopCpu, loop_cpu
 from traceinspect.analysis.reads import ReadsBehind, reads_behind
 from traceinspect.analysis.result import (
     INPUT_STAGE,
@@ -151,6 +152,26 @@ def analyze(trace: Trace) -> Analysis:
     callback_share = callbacks.ms_per_step * 1e6 / step_ns if len(callbacks) and step_ns else 0.0
     if callback_share >= MATTERS and verdict.top != "stall":
         verdict = _callback_verdict(verdict, fractions, callback_share)
+    competing = (
+        loop_cpu(
+            host.loop_code,
+            (int(steps.starts[0]), int(steps.ends[-1])),
+            len(steps),
+            trace.sidecar.host.cores if trace.sidecar and trace.sidecar.host else None,
+        )
+        if activity.backend.kind == "cpu" and len(steps)
+        else None
+    )
+    competing_share = competing.cost_ms_per_step * 1e6 / step_ns if competing and step_ns else 0.0
+    if (
+        verdict.verdict in ("device-bound", "host-bound")
+        and verdict.top not in ("stall", "callback")
+        and competing_share >= MATTERS
+        and competing_share > _largest_but_host(fractions)
+    ):
+        # The device reads busy (or idles less than the host's work lasts) because the
+        # loop's CPU work stretches the program beside it.
+        verdict = _Verdict("host-bound", "loop_cpu", verdict.occasional_sync, verdict.sync_steps)
     window_info, window_note = window_check(trace.sidecar)
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
@@ -167,11 +188,14 @@ def analyze(trace: Trace) -> Analysis:
         rest = tuple(r for r in advice if r.kind not in ("reduce_host_overhead", "device_bound"))
         expected = _callback_expected_ns(callbacks, step_ns, device_per_step, input_per_step)
         advice = (_callback_advice(callbacks, step_ns, expected), *rest)
+    if verdict.top == "loop_cpu" and competing is not None:
+        rest = tuple(r for r in advice if r.kind not in ("reduce_host_overhead", "device_bound"))
+        advice = (_loop_cpu_advice(competing, device_per_step, input_per_step), *rest)
     if stall is not None and nature is not None:
         # The stall's own advice replaces the generic word on the host's work.
         rest = tuple(r for r in advice if r.kind != "reduce_host_overhead")
         advice = (_stall_advice(stall, nature, device_per_step), *rest)
-    elif host.loop_code is not None and fractions["host"] >= MATTERS:
+    elif host.loop_code is not None and fractions["host"] >= MATTERS and verdict.top != "loop_cpu":
         step_ns = summary_of_steps.typical_ms * 1e6
         advice = tuple(
             _loop_code_advice(r, host, steps, gaps, step_ns, device_per_step)
@@ -205,6 +229,8 @@ def analyze(trace: Trace) -> Analysis:
             if verdict.top == "stall" and stall is not None and nature is not None
             else _callback_summary(callbacks, step_ns)
             if verdict.top == "callback"
+            else _loop_cpu_summary(competing, step_ns)
+            if verdict.top == "loop_cpu" and competing is not None
             else summary_text(
                 verdict.verdict, verdict.top, fractions, input_per_step, device_per_step
             )
@@ -499,6 +525,36 @@ def _stall_summary(stall: RecurringStall, nature: StallNature) -> str:
         f"({nature.what()}): {stall.per_step_ns / 1e6:.2f} ms per step over the run, "
         f"{stall.share:.0%} of its step time ({len(stall.indices)} stalls in "
         f"{stall.period * len(stall.indices)} steps seen)."
+    )
+
+
+def _loop_cpu_summary(competing: LoopCpu, step_ns: float) -> str:
+    at = f" at {competing.site}" if competing.site else ""
+    return (
+        f"The loop's own CPU work{at}, {competing.cpu_ms_per_step:.2f} ms a step on the training "
+        f"thread, competes with XLA's CPU backend for the {competing.cores} core(s): the "
+        f"program runs about {competing.cost_ms_per_step:.2f} ms longer a step beside it "
+        f"({competing.cost_ms_per_step * 1e6 / step_ns:.0%} of the {step_ns / 1e6:.2f} ms "
+        "step): the device's work it shows is stretched by the host's."
+    )
+
+
+def _loop_cpu_advice(
+    competing: LoopCpu, device_per_step: float, input_per_step: float
+) -> Recommendation:
+    """Move the loop's CPU work off the cores the program needs; the step expected without
+    it: the device's work less what it cost the program, never below the input's."""
+    expected = max(device_per_step / 1e6 - competing.cost_ms_per_step, input_per_step / 1e6)
+    at = f" at {competing.site}" if competing.site else ""
+    return Recommendation(
+        "reduce_host_overhead",
+        f"The loop's own CPU work{at} ({competing.cpu_ms_per_step:.2f} ms a step, "
+        f"{competing.own_cpu_share:.0%} of its own code's time on CPU) takes a core from the "
+        "program on this CPU backend: do it less often, cheaper, or outside the training loop "
+        "(on an accelerator it would overlap the device's step); expected step time "
+        f"{expected:.2f} ms.",
+        where=(competing.site,) if competing.site else None,
+        expected_step_ms=round(expected, 4),
     )
 
 

@@ -339,6 +339,8 @@ class SampledStack:
     t_ns: np.ndarray  # int64, trace time, ascending
     site: np.ndarray  # int index into sites
     sites: tuple[str, ...]
+    #: The thread's CPU clock at each sample (int64 ns), or None where it was not read.
+    cpu_ns: np.ndarray | None = None
 
     @classmethod
     def of(cls, trace: Trace) -> SampledStack | None:
@@ -349,7 +351,8 @@ class SampledStack:
             return None
         t = np.asarray(samples.t_unix_ns, dtype=np.int64) - base
         order = np.argsort(t, kind="stable")
-        return cls(t[order], np.asarray(samples.site, dtype=np.int64)[order], samples.sites)
+        cpu = None if samples.cpu_ns is None else np.asarray(samples.cpu_ns, dtype=np.int64)[order]
+        return cls(t[order], np.asarray(samples.site, dtype=np.int64)[order], samples.sites, cpu)
 
     def sites_in(self, spans: Intervals) -> list[tuple[str, int]]:
         """(site, samples) of the samples inside ``spans``, the most frequent first; samples

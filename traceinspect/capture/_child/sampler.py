@@ -9,6 +9,11 @@ look, the time and the user's frame it was in (``train.py:231 save_checkpoint``,
 library function below it when the thread was inside one: ``(in numpy save)``), so the
 analysis names that untraced time by function and line.
 
+Each look also reads the training thread's CPU clock (``pthread_getcpuclockid``, where the
+platform has one): between two looks, how much of the time the thread ran rather than
+waited, so the analysis can tell the loop's own CPU work (which, on XLA's CPU backend,
+competes with the program for the cores) from its waiting.
+
 It costs the training thread the GIL for a few microseconds per look (the frame walk is
 cached by code object and line): ``benchmarks/capture_overhead.py`` measures it.
 """
@@ -89,6 +94,8 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         self.t_ns = array("q")
         self.site = array("i")
+        self.cpu_ns = array("q")
+        self._clock = _cpu_clock(thread_ident)
         self.sites: list[str] = []
         self._site_index: dict[str, int] = {}
         # (code object, line) of the innermost frame -> the site's index: most looks land on
@@ -115,6 +122,8 @@ class StackSampler:
             frame = sys._current_frames().get(self._ident)
             if frame is not None:
                 self.t_ns.append(time.time_ns())
+                if self._clock is not None:
+                    self.cpu_ns.append(_read_clock(self._clock))
                 self.site.append(self._index_of(frame))
             del frame
             self._stop.wait(self.interval_s)
@@ -138,12 +147,33 @@ class StackSampler:
     def report(self) -> StackSamplesJSON | None:
         if not self.t_ns:
             return None
-        return {
+        out: StackSamplesJSON = {
             "interval_ms": round(self.interval_s * 1000.0, 3),
             "t_unix_ns": self.t_ns.tolist(),
             "site": self.site.tolist(),
             "sites": list(self.sites),
         }
+        if len(self.cpu_ns) == len(self.t_ns) and min(self.cpu_ns) >= 0:
+            out["cpu_ns"] = self.cpu_ns.tolist()
+        return out
+
+
+def _cpu_clock(thread_ident: int) -> int | None:
+    """The CPU-time clock of the thread ``thread_ident`` (a ``threading`` ident, which is
+    its pthread id), or None where the platform has none."""
+    try:
+        clock = time.pthread_getcpuclockid(thread_ident)
+        time.clock_gettime_ns(clock)
+    except (AttributeError, OSError, OverflowError):
+        return None
+    return clock
+
+
+def _read_clock(clock: int) -> int:
+    try:
+        return time.clock_gettime_ns(clock)
+    except OSError:  # the thread has ended
+        return -1
 
 
 def _site(frame: Any) -> str:
