@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,8 +44,14 @@ def test_a_checkpoint_every_25_steps() -> None:
     assert stall.indices[:3] == (24, 49, 74)
     assert len(stall.indices) == 16
     assert abs(stall.cost_ns / MS - 250.0) < 1e-6
-    # 16 stalls of 250 ms over the 397 steps of the series (from step 3): 10.08 ms a step.
-    assert abs(stall.per_step_ns / MS - 16 * 250.0 / 397) < 1e-6
+    # 250 ms once every 25 steps: 10 ms a step, however many of the run's steps carry a
+    # completion stamp.
+    assert abs(stall.per_step_ns / MS - 250.0 / 25) < 1e-6
+    # 150 steps without a stamp (the stalls among them unseen): the same.
+    sparse = tuple(replace(s, done_unix_ns=None) if 150 <= s.index < 300 else s for s in run)
+    thin = recurring_stall(sparse)
+    assert thin is not None and thin.period == 25
+    assert abs(thin.per_step_ns / MS - 10.0) < 1e-6
     assert abs(stall.expected_ns / MS - 8.0) < 1e-6
     assert 0.5 < stall.share < 0.6
 
