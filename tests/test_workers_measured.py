@@ -224,3 +224,38 @@ def test_fewer_workers_only_where_they_keep_up_with_the_measured_step() -> None:
     )
     assert rec.measured is not None and rec.measured["host_cpu_floor_ms"] == 21.025
     assert rec.value == 4
+
+
+def _in_process(stage_batch_ms: float | None, read_floor_ms: float | None) -> Recommendation:
+    """No workers, 8.9 ms of device work, a 26.5 ms step whose loop waits 17.7 ms for each
+    batch (the family's slow records on one read thread, under a per-step read), 8 cores."""
+    inputs = worker_inputs(
+        "input-bound",
+        step_ms=26.5,
+        device_busy_ms=8.9,
+        input_wait_ms=17.7,
+        sidecar=parse({"grain": {"worker_count": 0}, "host": {"cpu_count": 8}}),
+        stage_batch_ms=stage_batch_ms,
+    )
+    return recommend_workers(inputs, read_floor_ms=read_floor_ms)
+
+
+def test_batches_made_on_read_threads_cost_their_stages_not_the_wait() -> None:
+    # The read thread made each batch in 24 ms, 6.3 of them during the step: the wait shows
+    # 17.7. Sized by the wait, 3 workers; by the batch, ceil(24 x 1.25 / 8.9) = 4 (the
+    # family measured 14.0 ms a step at 2 workers, 10.1 at 3, 9.1 at 4).
+    assert _in_process(None, None).value == 3
+    rec = _in_process(24.0, None)
+    assert rec.value == 4 and rec.expected_step_ms == 8.9
+    assert rec.reason is not None
+    assert "the pipeline's stages take 24.00 ms a batch" in rec.reason
+
+
+def test_a_loop_that_reads_every_step_runs_no_faster_than_its_read_allows() -> None:
+    rec = _in_process(24.0, 13.5)
+    assert rec.value == 4 and rec.expected_step_ms == 13.5
+    assert rec.message.endswith(
+        "expected step time 13.50 ms, where the read of a device value every step then limits "
+        "it (remove it next)."
+    )
+    assert _in_process(24.0, 5.0).expected_step_ms == 8.9  # below the device: no word

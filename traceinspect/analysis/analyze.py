@@ -32,6 +32,7 @@ from traceinspect.analysis.callbacks import Callbacks, host_callbacks
 from traceinspect.analysis.executions import StepWork, step_work
 from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.input_stages import (
+    PIPELINE_STAGES,
     InputStages,
     input_stages,
     stage_advice,
@@ -181,7 +182,7 @@ def analyze(trace: Trace) -> Analysis:
     run_step_ms = stall.mean_ns / 1e6 if stall is not None else summary_of_steps.typical_ms
     advice = _advice(
         trace.sidecar, verdict, fractions, sites, run_step_ms,
-        input_per_step, device_per_step, stages,
+        input_per_step, device_per_step, stages, _reads_every_step(host, steps),
     )  # fmt: skip
     if verdict.top == "callback" or callback_share >= MATTERS:
         # The callback's own advice replaces the generic word on the host's work.
@@ -274,9 +275,13 @@ def _advice(
     input_per_step: float,
     device_per_step: float,
     stages: InputStages | None,
+    reads_every_step: bool = False,
 ) -> tuple[Recommendation, ...]:
     """What to do, in order: the worker count first when input is the problem, after
-    "remove the sync" otherwise; the input stage to fix last."""
+    "remove the sync" otherwise; the input stage to fix last. A loop that reads a device value
+    every step runs its parts one after another: with its input free, its step is the rest
+    of it (the step less the wait for input), which the worker count's expected step never
+    goes below."""
     advice = recommendations(
         verdict.verdict, fractions, sites, input_per_step, device_per_step, verdict.occasional_sync
     )
@@ -294,9 +299,15 @@ def _advice(
                 device_busy_ms=device_per_step / 1e6,
                 input_wait_ms=input_per_step / 1e6,
                 sidecar=sidecar,
-                stage_batch_ms=stages.worker_batch_ms if stages is not None else None,
+                stage_batch_ms=_stage_batch_ms(stages),
             ),
             input_limits=input_matters,
+            read_floor_ms=(
+                max(step_ms - input_per_step / 1e6, device_per_step / 1e6)
+                # A sync-bound run's worker advice already says the read then limits.
+                if reads_every_step and verdict.verdict != "sync-bound"
+                else None
+            ),
         )
         # Where input does not hold the step back, only fewer workers are worth a word.
         fewer = workers.value is not None and workers.value < (workers.current or 0)
@@ -307,6 +318,28 @@ def _advice(
     if stages is not None and verdict.verdict == "input-bound":
         advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
     return advice
+
+
+def _stage_batch_ms(stages: InputStages | None) -> float | None:
+    """What the worker rule sizes from the stage timers: the workers' thread time per batch
+    where workers make the batches, else the stages' time per batch over the training
+    process's read threads (those that ran on them)."""
+    if stages is None:
+        return None
+    if stages.workers:
+        return stages.worker_batch_ms
+    threads = [s for s in PIPELINE_STAGES if stages.where[s] == "threads"]
+    return sum(stages.effective_ms[s] for s in threads) if threads else None
+
+
+def _reads_every_step(host: HostActivity, steps: Steps, share: float = 0.9) -> bool:
+    """Whether the loop blocks on a read of a device value in (nearly) every step."""
+    reads = host.sync_events
+    if len(steps) == 0 or len(reads.starts) == 0:
+        return False
+    k = np.searchsorted(steps.starts, reads.starts, side="right") - 1
+    inside = (k >= 0) & (reads.starts < steps.ends[np.maximum(k, 0)])
+    return len(np.unique(k[inside])) >= share * len(steps)
 
 
 def _device_and_steps(trace: Trace) -> tuple[DeviceActivity, Steps, Intervals]:

@@ -66,7 +66,8 @@ class WorkerInputs:
     per_worker_buffer_size: int | None
     read_threads: int | None
     measured: WorkerMeasurement | None = None
-    #: The workers' thread time per batch from capture's stage timers (ms), or None.
+    #: From capture's stage timers (ms), or None: with workers, their thread time per batch;
+    #: without, the pipeline stages' time per batch over the read threads that run them.
     stage_batch_ms: float | None = None
     #: Whether the run was MaxText's (its setting is ``grain_worker_count``); None: unknown.
     maxtext: bool | None = None
@@ -173,14 +174,28 @@ def _capped(inputs: WorkerInputs, needed: int) -> tuple[int, str | None, int | N
     return value, bound, by_cores, by_memory
 
 
-def recommend_workers(inputs: WorkerInputs, input_limits: bool = True) -> Recommendation:
+def recommend_workers(
+    inputs: WorkerInputs, input_limits: bool = True, read_floor_ms: float | None = None
+) -> Recommendation:
     """The ``grain_worker_count`` recommendation. ``input_limits``: whether input is what
     holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
-    change of count frees cores or memory but leaves the step as it is, and says so."""
+    change of count frees cores or memory but leaves the step as it is, and says so.
+    ``read_floor_ms``: the step the loop runs at with its input free while it still reads a
+    device value every step (its steps then run one after another: the read, the host's work,
+    the device's): the expected step is never below it, and the message says the read then
+    limits (a slow pipeline under a per-step read: 2 workers were expected to give 9.0-12.7
+    ms a step and gave 13.8, the read-every-step loop's own pace)."""
     rec = _recommend(inputs)
     if not input_limits and rec["value"] is not None:
         rec["expected_step_ms"] = round(inputs.step_ms, 3)
         rec["unchanged"] = True
+    elif (
+        read_floor_ms is not None
+        and rec["value"] is not None
+        and rec["expected_step_ms"] < read_floor_ms
+    ):
+        rec["expected_step_ms"] = round(read_floor_ms, 3)
+        rec["read_limits"] = True
     return Recommendation(
         GRAIN_WORKER_COUNT,
         _message(rec, inputs.maxtext),
@@ -228,6 +243,11 @@ def _message(rec: dict[str, Any], maxtext: bool | None = True) -> str:
         return (
             f"{head}: {rec['reason']}; the step stays at about {rec['expected_step_ms']:.2f} ms "
             "(input is not what holds it back)."
+        )
+    if rec.get("read_limits"):
+        return (
+            f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms, "
+            "where the read of a device value every step then limits it (remove it next)."
         )
     return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
 
@@ -307,8 +327,19 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         )
         rec["bounded_by"] = "measurement"
         return rec
-    # Cost of one batch for one worker.
-    cost = m * inputs.step_ms if m >= 1 else inputs.input_wait_ms
+    # Cost of one batch for one worker. Without workers: what the training thread waits for
+    # each batch, or, when read threads make batches during the step (and the wait shows only
+    # the part the step did not hide), the pipeline stages' time per batch over those threads
+    # (the family's slow records on one read thread under a per-step read: the loop waited
+    # 17.7 ms a batch, the batch took 24; 2 workers ran 14.0 ms a step, 4 ran 9.1).
+    in_threads = m == 0 and (inputs.stage_batch_ms or 0.0) > inputs.input_wait_ms
+    cost = (
+        m * inputs.step_ms
+        if m >= 1
+        else (inputs.stage_batch_ms or 0.0)
+        if in_threads
+        else inputs.input_wait_ms
+    )
     needed = max(1, math.ceil(cost * HEADROOM / d))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
     rec["value"] = value
@@ -318,6 +349,9 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     made = (
         f"one batch costs a worker {cost:.2f} ms ({m} worker(s) x {inputs.step_ms:.2f} ms/step)"
         if m >= 1
+        else f"the pipeline's stages take {cost:.2f} ms a batch on the training process's read "
+        f"thread(s) (the training thread waits {inputs.input_wait_ms:.2f} ms/step for it)"
+        if in_threads
         else f"the training thread spends {cost:.2f} ms/step making each batch"
     )
     reason = (
