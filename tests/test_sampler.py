@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,17 @@ def save_checkpoint(stop: threading.Event, tracing: threading.Event) -> None:
         time.sleep(0.001)  # the slow storage
 
 
-def _sample_a_thread(seconds: float) -> tuple[StackSampler, Any]:
+def _sample_a_thread(
+    seconds: float,
+    target: Callable[[threading.Event, threading.Event], None] = save_checkpoint,
+    interval_s: float = 0.002,
+) -> tuple[StackSampler, Any]:
     stop, tracing = threading.Event(), threading.Event()
-    worker = threading.Thread(target=save_checkpoint, args=(stop, tracing))
+    worker = threading.Thread(target=target, args=(stop, tracing))
     worker.start()
     tracing.wait(5)
     assert worker.ident is not None
-    sampler = StackSampler(worker.ident, tracing.is_set, interval_s=0.002)
+    sampler = StackSampler(worker.ident, tracing.is_set, interval_s=interval_s)
     sampler.start()
     time.sleep(seconds)
     tracing.clear()
@@ -67,20 +72,7 @@ def test_each_look_reads_the_thread_s_cpu_clock() -> None:
     wall = np.array(sleeping["t_unix_ns"])
     assert len(cpu) == len(wall) and (np.diff(cpu) >= 0).all()
     assert (cpu[-1] - cpu[0]) < 0.5 * (wall[-1] - wall[0])
-    stop, tracing = threading.Event(), threading.Event()
-    worker = threading.Thread(target=burn, args=(stop, tracing))
-    worker.start()
-    tracing.wait(5)
-    assert worker.ident is not None
-    sampler = StackSampler(worker.ident, tracing.is_set, interval_s=0.005)
-    sampler.start()
-    time.sleep(0.3)
-    tracing.clear()
-    time.sleep(0.06)
-    sampler.stop()
-    stop.set()
-    worker.join()
-    busy = sampler.report()
+    _, busy = _sample_a_thread(0.3, burn, interval_s=0.005)
     assert busy is not None
     cpu, wall = np.array(busy["cpu_ns"]), np.array(busy["t_unix_ns"])
     assert (cpu[-1] - cpu[0]) > 0.1 * (wall[-1] - wall[0])

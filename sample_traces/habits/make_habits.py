@@ -27,16 +27,16 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
+sys.path.insert(0, str(REPO / "sample_traces" / "scenarios" / "family"))
+import family_runs  # noqa: E402
+from family_runs import WARMUP, truth_ms  # noqa: E402
+
 LIGHT = ["--record", "light", "--workers", "2"]
-WARMUP = 60
 MATTERS = 0.05
 
 
@@ -66,33 +66,10 @@ BASELINES = {"healthy": LIGHT, "read_none_w0": read_w0("none")}
 STEPS = {"checkpoint60": 600, "checkpoint_rare": 600}
 
 
-def truth_ms(args: list[str], steps: int) -> float:
-    """Mean host step time (ms) from step WARMUP to the drained end, without the profiler."""
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--steps", str(steps), "--stats-json", "-"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    starts = json.loads(out.strip().splitlines()[-1])["starts_s"]
-    return (starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP)
-
-
 def capture_and_analyze(args: list[str], steps: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "traceinspect", "capture", "--logdir", tmp, "--"]
-        command += [sys.executable, str(SCRIPT), *args, "--steps", str(steps)]
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        (run,) = (Path(tmp) / "plugins" / "profile").iterdir()
-        done = subprocess.run(
-            [sys.executable, "-m", "traceinspect", "analyze", str(run), "--json"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if done.returncode != 0:
-        return {"verdict": f"error: {done.stderr.strip()[-300:]}"}
-    result = json.loads(done.stdout)
+    result = family_runs.capture_and_analyze(args, steps)
+    if str(result["verdict"]).startswith("error"):
+        return {"verdict": result["verdict"]}
     first = (result.get("recommendations") or [{}])[0]
     stall = result.get("recurring_stall")
     return {

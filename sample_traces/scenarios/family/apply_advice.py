@@ -22,15 +22,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "sample_traces" / "scenarios" / "family" / "train_family.py"
-WARMUP = 60
+from family_runs import WARMUP, capture_and_analyze, truth_ms
+
 STEPS = 300
 WITHIN = 0.20
 KNEE = 1.10
@@ -72,35 +68,6 @@ def applied(args: list[str], rec: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def truth_ms(args: list[str]) -> float:
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--steps", str(STEPS), "--stats-json", "-"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    starts = json.loads(out.strip().splitlines()[-1])["starts_s"]
-    return (starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP)
-
-
-def capture_and_analyze(args: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "traceinspect", "capture", "--logdir", tmp, "--"]
-        command += [sys.executable, str(SCRIPT), *args, "--steps", str(STEPS)]
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        (run,) = (Path(tmp) / "plugins" / "profile").iterdir()
-        done = subprocess.run(
-            [sys.executable, "-m", "traceinspect", "analyze", str(run), "--json"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if done.returncode != 0:
-        return {"verdict": f"error: {done.stderr.strip()[-300:]}", "recommendations": []}
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -114,7 +81,7 @@ def main() -> None:
     def best(cli: list[str]) -> float:
         key = " ".join(cli)
         while len(timed.setdefault(key, [])) < args.truth:
-            timed[key].append(round(truth_ms(cli), 3))
+            timed[key].append(round(truth_ms(cli, STEPS), 3))
             print(f"  timed {key}: {timed[key][-1]:.2f} ms", flush=True)
         return min(timed[key])
 
@@ -135,7 +102,7 @@ def main() -> None:
             entry["sweep_ms"] = steps
             entry["knee"] = min(c for c, ms in steps.items() if ms <= fastest * KNEE)
         for i in range(args.repeats):
-            result = capture_and_analyze(cli)
+            result = capture_and_analyze(cli, STEPS)
             first = (result.get("recommendations") or [{}])[0]
             got: dict[str, Any] = {
                 "load_1min": round(os.getloadavg()[0], 2),
