@@ -3,6 +3,8 @@ the loop's own code from the sampler's CPU clock, on precisely built samples."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -56,10 +58,24 @@ def test_waiting_in_the_loop_s_own_code_costs_no_core() -> None:
 def test_the_shares_are_recovered_whatever_the_sampling(
     own: float, rest: float, interval: float
 ) -> None:
-    found = loop_cpu(_code(own, rest, interval), (0, STEPS * STEP), STEPS, cores=4)
+    code = _code(own, rest, interval)
+    found = loop_cpu(code, (0, STEPS * STEP), STEPS, cores=4)
+    assert code.samples is not None
+    t = code.samples.t_ns
+    shares = [code.spans.clip(int(a), int(b)).total / (b - a) for a, b in pairwise(t)]
+    if max(shares) - min(shares) < 0.1:
+        # In step with the loop: no estimate rather than a guess.
+        assert found is None
+        return
     assert found is not None
     # The clock is whole ns: the fit recovers the share to well under 1%.
     assert found.own_cpu_share == pytest.approx(own, abs=0.01)
+
+
+def test_a_sampler_in_step_with_the_loop_says_nothing() -> None:
+    # 7 ms looks on a 14 ms step: every interval holds 5 ms of own code and 2 of the rest,
+    # and 2 ms of CPU fits 0.4 of the one as well as all of the other.
+    assert loop_cpu(_code(0.0, 1.0, 7.0), (0, STEPS * STEP), STEPS, cores=2) is None
 
 
 def test_no_clock_no_estimate() -> None:

@@ -103,6 +103,7 @@ class InputStages:
             "budget_ms": self.budget_ms,
             "workers": self.workers,
             "batches": self.batches,
+            "worker_batch_ms": self.worker_batch_ms,
         }
 
     def pipeline_ms_per_step(self) -> float:
@@ -125,6 +126,10 @@ class InputStages:
             effective_ms={s: float(data["effective_ms"][s]) for s in STAGES},
             budget_ms=float(data["budget_ms"]),
             batches=int(data["batches"]),
+            worker_batch_ms=float(data.get("worker_batch_ms") or 0.0),
+            parallel=(
+                {s: float(data["parallel"][s]) for s in STAGES} if data.get("parallel") else None
+            ),
         )
 
 

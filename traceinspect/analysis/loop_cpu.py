@@ -14,7 +14,8 @@ look. Between two looks, the thread's CPU time is split between the loop's own c
 stretches of the step no traced event covers, :class:`~traceinspect.analysis.training_thread.
 LoopCode`) and the rest by least squares over the window's looks (``cpu = a x own + b x
 rest``, ``a`` and ``b`` the CPU shares of each, in [0, 1]); ``a`` times the own code's time
-per step is its CPU per step, ``C``.
+per step is its CPU per step, ``C``. A sampler in step with the loop (a 20 ms look, a 10 ms
+step) sees the same share of own code in every interval: then nothing is said.
 
 The cost to the step, on ``N`` cores: while the loop computes, it holds one of them, and the
 program, which would use all ``N``, loses ``1/N`` of its throughput for that time: ``C / N``
@@ -35,6 +36,9 @@ from traceinspect.intervals import Intervals
 _MAX_GAP_NS = 200_000_000
 #: Fewer sample intervals inside the steps than this make no estimate.
 MIN_INTERVALS = 8
+#: The share of own code per interval must vary by this much across the intervals for the
+#: fit to tell its CPU from the rest's.
+MIN_SPREAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ def loop_cpu(
     if int(used.sum()) < MIN_INTERVALS:
         return None
     own = _overlap(code.spans, starts, ends)
+    share = own[used] / wall[used]
+    if float(np.ptp(share)) < MIN_SPREAD:
+        # Every interval holds the same share of own code (the sampler in step with the
+        # loop, or no own code): its CPU cannot be told from the rest's.
+        return None
     a = _own_share(own[used], wall[used] - own[used], np.diff(cpu)[used].astype(np.float64))
     own_ns = code.spans.clip(lo, hi).total
     cpu_ns = a * own_ns / steps

@@ -23,7 +23,7 @@ _PROC = pathlib.Path("/proc")
 _Process = tuple[int, int]
 
 
-def _table() -> dict[int, tuple[int, int, bool]]:
+def _process_table() -> dict[int, tuple[int, int, bool]]:
     """Every process: pid -> (parent pid, start time, alive); zombies are not alive."""
     table: dict[int, tuple[int, int, bool]] = {}
     try:
@@ -49,7 +49,7 @@ def _table() -> dict[int, tuple[int, int, bool]]:
 def descendants(pid: int) -> list[_Process]:
     """The live processes below ``pid`` (children first, then theirs); zombies left out, their
     children kept."""
-    table = _table()
+    table = _process_table()
     below: dict[int, list[int]] = {}
     for child, (ppid, _, _) in table.items():
         below.setdefault(ppid, []).append(child)
