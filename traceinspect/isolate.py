@@ -649,7 +649,8 @@ def _unsettled(
 ) -> Judgement:
     """The judgement when the best runs and the next best disagree: no verdict, the spread."""
     spreads = ", ".join(
-        f"{_NAMES[t.phase]} " + " / ".join(f"{v:.2f}" for v in t.runs_ms) + " ms" for t in timings
+        f"{PHASE_NAMES[t.phase]} " + " / ".join(f"{v:.2f}" for v in t.runs_ms) + " ms"
+        for t in timings
     )
     reason = (
         f"The runs disagree: the best run of each phase reads {best}, the next best "
@@ -659,7 +660,8 @@ def _unsettled(
     return Judgement("unknown", reason, f"best runs: {judged.rule}", None, None)
 
 
-_NAMES = {TARGET: "target step", LOADER: "loader batch", REAL: "real step"}
+#: Each phase's figure, in words.
+PHASE_NAMES = {TARGET: "target step", LOADER: "loader batch", REAL: "real step"}
 
 
 def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:

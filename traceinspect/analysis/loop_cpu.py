@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceinspect.analysis.training_thread import LoopCode
-from traceinspect.intervals import Intervals
 
 #: Sample intervals are clipped to this long (a pause in sampling, a suspended process).
 _MAX_GAP_NS = 200_000_000
@@ -75,16 +74,16 @@ def loop_cpu(
     used = (np.diff(cpu).astype(np.float64) >= 0) & (wall > 0) & (wall <= _MAX_GAP_NS)
     if int(used.sum()) < MIN_INTERVALS:
         return None
-    own = _overlap(code.spans, starts, ends)
+    own = code.spans.overlap_with(starts, ends).astype(np.float64)
     share = own[used] / wall[used]
     if float(np.ptp(share)) < MIN_SPREAD:
         # Every interval holds the same share of own code (the sampler in step with the
         # loop, or no own code): its CPU cannot be told from the rest's.
         return None
     a = _own_share(own[used], wall[used] - own[used], np.diff(cpu)[used].astype(np.float64))
-    own_ns = code.spans.clip(lo, hi).total
+    described = code.described(lo, hi)
+    own_ns, counted = (described[0], described[2]) if described is not None else (0, [])
     cpu_ns = a * own_ns / steps
-    counted = samples.sites_in(code.spans.clip(lo, hi))
     return LoopCpu(
         cpu_ms_per_step=round(cpu_ns / 1e6, 4),
         own_ms_per_step=round(own_ns / steps / 1e6, 4),
@@ -93,22 +92,6 @@ def loop_cpu(
         cost_ms_per_step=round(cpu_ns / cores / 1e6, 4),
         site=counted[0][0] if counted else None,
     )
-
-
-def _overlap(spans: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """ns of ``spans`` inside each ``[starts[i], ends[i])``."""
-    if len(spans) == 0:
-        return np.zeros(len(starts))
-    # Cumulative covered time at any instant, by interpolation over the spans' edges.
-    edges = np.concatenate([[0], np.cumsum(spans.ends - spans.starts)])
-    points = np.empty(2 * len(spans), dtype=np.int64)
-    points[0::2], points[1::2] = spans.starts, spans.ends
-    covered = np.repeat(edges, 2)[1:-1]
-
-    def covered_at(x: np.ndarray) -> np.ndarray:
-        return np.interp(x.astype(np.float64), points.astype(np.float64), covered.astype(float))
-
-    return covered_at(ends) - covered_at(starts)
 
 
 def _own_share(own: np.ndarray, rest: np.ndarray, cpu: np.ndarray) -> float:

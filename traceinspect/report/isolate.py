@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from traceinspect.isolate import DESCRIPTIONS, LOADER, Isolation, PhaseTiming
-
-_NAMES = {"target": "target step", "loader": "loader batch", "real": "real step"}
+from traceinspect.isolate import DESCRIPTIONS, LOADER, PHASE_NAMES, Isolation, PhaseTiming
 
 
 def _row(timing: PhaseTiming) -> list[str]:
@@ -17,7 +15,7 @@ def _row(timing: PhaseTiming) -> list[str]:
     if timing.spread is not None:
         runs = f"; best of {len(timing.runs_ms)} runs, up to {timing.runs_ms[-1]:,.2f} ms"
     return [
-        _NAMES[timing.phase],
+        PHASE_NAMES[timing.phase],
         f"{timing.mean_ms:,.2f} ms",
         f"({timing.count} {unit}{how}{runs}; {what})",
     ]
