@@ -294,3 +294,34 @@ def test_text_and_html_name_the_stages(sample: tuple[Trace, Analysis]) -> None:
     assert a.to_dict()["input_stages"]["dominant"] == "preprocessing"
     page = render_html(trace, a, figures={})
     assert "<h2>Input pipeline by stage</h2>" in page and "<b>preprocessing</b>" in page
+
+
+@pytest.mark.parametrize(
+    ("cpu_s", "delay_s", "share"),
+    [
+        (0.1, 0.0, 0.05),  # a map that waits on storage
+        (0.99, 1.0, 0.99),  # one that computes, half the time waiting for a core
+        (1.5, 0.8, 1.0),  # more CPU than its running time (Grain's own work around it)
+        (None, None, None),  # not measured: an older sidecar, or no schedstat
+    ],
+)
+def test_the_read_threads_cpu_share(
+    cpu_s: float | None, delay_s: float | None, share: float | None
+) -> None:
+    stages: dict[str, Any] = {
+        "window_s": 3.0,
+        "batches": 100,
+        "seconds": {"threads": {"read": 0.1, "preprocessing": 1.9}},
+        "calls": {},
+    }
+    if cpu_s is not None:
+        stages["thread_cpu_s"] = {"threads": cpu_s}
+        stages["thread_run_delay_s"] = {"threads": delay_s}
+    side = parse({"grain": {"worker_count": 0, "read_threads": 1, "stages": stages}})
+    st = input_stages(
+        side, input_wait_ns_per_step=10 * MS, transfer_ns_per_step=0, device_ns_per_step=9 * MS
+    )
+    assert st is not None
+    assert st.threads_cpu_share == (None if share is None else pytest.approx(share))
+    assert ("threads_cpu_share" in st.to_dict()) == (share is not None)
+    assert InputStages.from_record(st.to_record()) == st

@@ -259,3 +259,47 @@ def test_a_loop_that_reads_every_step_runs_no_faster_than_its_read_allows() -> N
         "it (remove it next)."
     )
     assert _in_process(24.0, 5.0).expected_step_ms == 8.9  # below the device: no word
+
+
+def _on_read_threads(stage_ms: float, device_ms: float, share: float | None) -> Recommendation:
+    """No workers, 2 cores: the family's records on one read thread of the training process
+    (under a per-step read), whose stages ran on a CPU ``share`` of their time."""
+    inputs = worker_inputs(
+        "input-bound",
+        step_ms=26.5,
+        device_busy_ms=device_ms,
+        input_wait_ms=15.9,
+        sidecar=parse({"grain": {"worker_count": 0}, "host": {"cpu_count": 2}}),
+        stage_batch_ms=stage_ms,
+        stage_cpu_share=share,
+    )
+    return recommend_workers(inputs)
+
+
+def test_read_threads_that_wait_on_reads_may_be_outnumbered_by_workers() -> None:
+    # Slow records, a 3 ms wait each (26.15 ms a batch, 5% of it on a CPU): 4 workers on 2
+    # cores, the sweep's knee (14.0 ms a step at 2 workers, 10.1 at 3, 9.1 at 4).
+    rec = _on_read_threads(26.15, 9.15, 0.047)
+    assert rec.value == 4 and rec.bounded_by is None
+    assert rec.reason is not None and "the stages ran on a CPU 5% of their time" in rec.reason
+    assert "they mostly wait on reads" in rec.reason
+    # Unmeasured, the cores cap it as before.
+    rec = _on_read_threads(26.15, 9.15, None)
+    assert rec.value == 2 and rec.bounded_by == "cores"
+
+
+def test_read_threads_that_compute_are_capped_by_the_cores() -> None:
+    # CPU-bound records (3 ms of CPU each): 99% on a CPU; 3 needed, 2 cores.
+    rec = _on_read_threads(27.67, 14.25, 0.989)
+    assert rec.value == 2 and rec.bounded_by == "cores"
+    assert rec.reason is not None and "the process may use only 2 core(s)" in rec.reason
+
+
+def test_read_threads_that_half_wait_are_capped_by_their_cpu_share() -> None:
+    # 2.5 ms of waiting and 1.5 of CPU a record: 40% on a CPU, so 2 cores run 5 such
+    # workers at most; 5 are needed for 35.97 ms a batch against 10.03 ms of device work.
+    assert _on_read_threads(35.97, 10.03, 0.4).value == 5
+    rec = _on_read_threads(35.97, 10.03, 0.6)
+    assert rec.value == 3 and rec.bounded_by == "cores"
+    assert rec.reason is not None
+    assert "the 2 usable core(s) run at most 3 such worker(s)" in rec.reason

@@ -208,7 +208,15 @@ class WorkersMeasuredJSON(TypedDict):
     workers: list[WorkerJSON]
 
 
-class StagesJSON(TypedDict):
+class _StageThreadsJSON(TypedDict, total=False):
+    #: The training process's read threads that ran stages: their CPU time and their time
+    #: waiting for a core (the kernel's schedstat), summed over the window (place ->
+    #: seconds; ``threads`` only; absent without schedstat, or where a thread ended).
+    thread_cpu_s: dict[str, float]
+    thread_run_delay_s: dict[str, float]
+
+
+class StagesJSON(_StageThreadsJSON):
     """Time spent in each stage of the input pipeline over the window, by where it ran
     (``workers``, ``threads``, ``main``; see :data:`traceinspect.vocabulary.PLACES`): the
     self time of Grain's dataset ``__getitem__`` and iterator ``__next__`` calls, by
@@ -402,6 +410,9 @@ class StagesMeasured:
     worker_elements: int | None
     seconds: dict[str, dict[str, float]]  # place -> stage -> seconds
     calls: dict[str, dict[str, int]]  # place -> stage -> calls timed
+    #: CPU time and run delay of the read threads that ran stages (place -> seconds).
+    thread_cpu_s: dict[str, float] = field(default_factory=dict)
+    thread_run_delay_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -831,7 +842,17 @@ def _read_stages(value: object) -> StagesMeasured | None:
         worker_elements=_get_int(s, "worker_elements"),
         seconds=table(s.get("seconds"), float),
         calls=table(s.get("calls"), int),
+        thread_cpu_s=_seconds_by_place(s.get("thread_cpu_s")),
+        thread_run_delay_s=_seconds_by_place(s.get("thread_run_delay_s")),
     )
+
+
+def _seconds_by_place(raw: object) -> dict[str, float]:
+    return {
+        str(place): float(n)
+        for place, v in _read_mapping(raw).items()
+        if (n := _number(v, str(place), signed=False)) is not None
+    }
 
 
 def _read_measured(value: object) -> WorkersMeasured | None:

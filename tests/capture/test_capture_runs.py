@@ -19,7 +19,9 @@ from capture_helpers import (
     train,
 )
 
+from traceinspect.analysis.input_stages import threads_cpu_share
 from traceinspect.capture import ANN_HOST_READ, ANN_NEXT_BATCH, ANN_STEP, SIDECAR_NAME
+from traceinspect.sidecar import parse
 
 # A real capture analysed: run on every stack of the support matrix (noxfile.py).
 pytestmark = [pytest.mark.slow, pytest.mark.stack]
@@ -116,6 +118,14 @@ def test_input_heavy_run_shows_long_batch_waits(tmp_path: Path) -> None:
     waits = [e["duration_ns"] for e in events[ANN_NEXT_BATCH]]
     assert len(waits) == 3
     assert sum(waits) / 1e6 > 0.5 * sum(walls)
+    # The read threads' clocks: their map sleeps, so they ran on a CPU a small share of
+    # their stages' time (where the kernel keeps schedstat, as Linux does).
+    record = parse(sidecar)
+    assert record is not None and record.grain is not None
+    stages = record.grain.stages
+    assert stages is not None and stages.thread_cpu_s.keys() == {"threads"}
+    share = threads_cpu_share(stages)
+    assert share is not None and 0 < share < 0.3, (stages.thread_cpu_s, stages.seconds)
 
 
 def test_crash_mid_window_keeps_the_trace_and_the_exit_code(

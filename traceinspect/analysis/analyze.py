@@ -319,6 +319,9 @@ def _advice(
                 input_wait_ms=input_per_step / 1e6,
                 sidecar=sidecar,
                 stage_batch_ms=_stage_batch_ms(stages),
+                stage_cpu_share=(
+                    stages.threads_cpu_share if stages is not None and not stages.workers else None
+                ),
             ),
             input_limits=input_matters,
             read_floor_ms=(

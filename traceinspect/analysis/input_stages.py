@@ -48,7 +48,7 @@ import numpy as np
 from traceinspect import names as N
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import ThreadEvents
-from traceinspect.sidecar import Sidecar
+from traceinspect.sidecar import Sidecar, StagesMeasured
 from traceinspect.vocabulary import KNEE_TOLERANCE, PLACES, STAGES, Place, Stage
 
 #: The stages capture measures inside the pipeline.
@@ -82,6 +82,10 @@ class InputStages:
     #: How many of each stage ran at once (``ms_per_batch / effective_ms``; 1 for the
     #: training thread's own and the hand-over); None in tables written before it.
     parallel: dict[Stage, float] | None = None
+    #: Of the stages' time on the training process's read threads, the share they ran on a
+    #: CPU (their CPU time over their time less waits for a core; the rest waited on reads,
+    #: the GIL, a lock); None where capture did not measure it or no stage ran there.
+    threads_cpu_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
@@ -93,6 +97,8 @@ class InputStages:
         }
         if self.parallel is not None:
             out["parallel"] = {s: round(self.parallel[s], 2) for s in STAGES}
+        if self.threads_cpu_share is not None:
+            out["threads_cpu_share"] = round(self.threads_cpu_share, 3)
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -129,6 +135,11 @@ class InputStages:
             worker_batch_ms=float(data.get("worker_batch_ms") or 0.0),
             parallel=(
                 {s: float(data["parallel"][s]) for s in STAGES} if data.get("parallel") else None
+            ),
+            threads_cpu_share=(
+                float(data["threads_cpu_share"])
+                if data.get("threads_cpu_share") is not None
+                else None
             ),
         )
 
@@ -227,7 +238,22 @@ def input_stages(
         batches=measured.batches,
         worker_batch_ms=round(sum(per_place["workers"].values()), 4) if workers else 0.0,
         parallel=at_once,
+        threads_cpu_share=threads_cpu_share(measured),
     )
+
+
+def threads_cpu_share(measured: StagesMeasured) -> float | None:
+    """The share of the read threads' stage time spent on a CPU: their CPU time over their
+    stages' self time less the time they waited for a core (0..1), or None where capture
+    did not measure it. A stage that waits on storage (the family's slow records, a 3 ms
+    wait each) reads near 0, and such threads, or workers doing the same, may outnumber the
+    cores; one that computes reads near 1 once its waits for a core are taken out."""
+    stage_s = sum(measured.seconds.get("threads", {}).values())
+    cpu_s = measured.thread_cpu_s.get("threads")
+    if cpu_s is None or stage_s <= 0:
+        return None
+    running_s = stage_s - measured.thread_run_delay_s.get("threads", 0.0)
+    return 1.0 if running_s <= cpu_s else cpu_s / running_s
 
 
 def parallelism(

@@ -71,6 +71,9 @@ class WorkerInputs:
     stage_batch_ms: float | None = None
     #: Whether the run was MaxText's (its setting is ``grain_worker_count``); None: unknown.
     maxtext: bool | None = None
+    #: Without workers: the share of the read threads' stage time spent on a CPU (capture's
+    #: schedstat of those threads), or None.
+    stage_cpu_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -151,9 +154,11 @@ def _per_worker_bytes(inputs: WorkerInputs) -> int:
 def _limits(inputs: WorkerInputs) -> tuple[int | None, int | None]:
     by_cores = inputs.cpus if inputs.cpus else None
     measured = inputs.measured
-    if by_cores is not None and measured is not None:
-        # Workers that wait on reads leave their core free while they wait.
-        by_cores = max(1, math.floor(by_cores / max(measured.core_share, 1 / 64)))
+    # Workers that wait on reads leave their core free while they wait: measured in the
+    # workers, or, without workers, in the read threads that ran the stages.
+    share = measured.core_share if measured is not None else inputs.stage_cpu_share
+    if by_cores is not None and share is not None:
+        by_cores = max(1, math.floor(by_cores / max(share, 1 / 64)))
     by_memory = None
     if inputs.memory_available_bytes:
         by_memory = max(
@@ -358,7 +363,20 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         f"{made}; the device needs one every {d:.2f} ms, so {needed} worker(s) with "
         f"{HEADROOM - 1:.0%} headroom"
     )
-    if bound == "cores":
+    share = inputs.stage_cpu_share
+    if in_threads and share is not None:
+        reason += f"; the stages ran on a CPU {share:.0%} of their time" + (
+            " (they mostly wait on reads: workers doing the same may outnumber the cores)"
+            if share < WAITING_SHARE
+            else ""
+        )
+    if bound == "cores" and by_cores != inputs.cpus:
+        reason += (
+            f"; the {inputs.cpus} usable core(s) run at most {by_cores} such worker(s): beyond "
+            "that, make batches cheaper (lighter or offline preprocessing, ArrayRecord files) "
+            "or add hosts"
+        )
+    elif bound == "cores":
         reason += (
             f", but the process may use only {by_cores} core(s); beyond that, make batches "
             "cheaper (lighter or offline preprocessing, ArrayRecord files) or add hosts"
@@ -495,6 +513,7 @@ def worker_inputs(
     input_wait_ms: float,
     sidecar: Sidecar | None,
     stage_batch_ms: float | None = None,
+    stage_cpu_share: float | None = None,
 ) -> WorkerInputs:
     """Gather the inputs from the analysis numbers and the capture sidecar (may be None)."""
     grain = (sidecar.grain if sidecar is not None else None) or GrainSettings(worker_count=None)
@@ -517,4 +536,5 @@ def worker_inputs(
         measured=WorkerMeasurement.from_sidecar(grain.measured),
         stage_batch_ms=stage_batch_ms,
         maxtext=sidecar.ran_maxtext if sidecar is not None else None,
+        stage_cpu_share=stage_cpu_share,
     )

@@ -369,6 +369,8 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
     tables: list[StageTable] = []
     lock = _threading.Lock()
     clock = _time.perf_counter_ns
+    #: The kernel's ids of the threads that ran stages, by place (see stage_thread_clocks).
+    native_ids: dict[str, set[int]] = {}
 
     def stage_of(cls: type) -> str | None:
         name = cls.__name__.lower()
@@ -385,8 +387,16 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
         if table is None:
             table = local.table = {}
             local.stack = []
+            place = (
+                "workers"
+                if in_worker
+                else "main"
+                if _threading.current_thread() is main
+                else "threads"
+            )
             with lock:
                 tables.append(table)
+                native_ids.setdefault(place, set()).add(_threading.get_native_id())
         return table, local.stack
 
     def wrap(cls: type, name: str) -> None:
@@ -438,6 +448,11 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
                     cell[1] += calls
         return out
 
+    def threads() -> dict[str, set[int]]:
+        with lock:
+            return {place: set(ids) for place, ids in native_ids.items()}
+
+    snapshot.native_ids = threads  # type: ignore[attr-defined]
     setattr(dataset_mod, "_traceinspect_stage_table", snapshot)  # noqa: B010
     return snapshot
 

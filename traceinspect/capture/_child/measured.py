@@ -34,6 +34,8 @@ class _Snapshot:
     #: (None where /proc is missing).
     machine_busy_s: float | None = None
     tree_cpu_s: float | None = None
+    #: The CPU time and run delay of the threads that ran stages (see stage_thread_clocks).
+    stage_threads: dict[str, dict[int, tuple[int, int]]] = dataclasses.field(default_factory=dict)
 
 
 def take_snapshot(
@@ -58,7 +60,35 @@ def take_snapshot(
         stages=stage_table() if stage_table is not None else {},
         machine_busy_s=_machine_busy_s() if machine_pid is not None else None,
         tree_cpu_s=_tree_cpu_s(machine_pid) if machine_pid is not None else None,
+        stage_threads=stage_thread_clocks(stage_table),
     )
+
+
+def stage_thread_clocks(
+    stage_table: Callable[[], dict[str, dict[str, list[int]]]] | None,
+) -> dict[str, dict[int, tuple[int, int]]]:
+    """The CPU time and the time waiting for a core (ns; the kernel's schedstat) of each
+    of this process's read threads (place ``threads``: not the main thread, whose time is
+    the loop's too) that ran pipeline stages, by place and the thread's kernel id.
+    Differenced over the window and set against the stages' self time, they say how much of
+    it was CPU work and how much waiting (on reads, the GIL, a lock), so that waiting stages
+    may be given more parallelism than there are cores. Empty where the kernel keeps no
+    schedstat; a thread that has ended is left out."""
+    ids_of = getattr(stage_table, "native_ids", None)
+    if ids_of is None:
+        return {}
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for place, ids in ids_of().items():
+        if place != "threads":
+            continue
+        for tid in ids:
+            path = pathlib.Path(f"/proc/self/task/{tid}/schedstat")
+            try:
+                fields = path.read_text("ascii").split()
+                out.setdefault(place, {})[tid] = (int(fields[0]), int(fields[1]))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
 
 
 def _run_delay_s(begin: dict[str, Any], end: dict[str, Any]) -> float | None:
@@ -118,13 +148,36 @@ def stages_measured(
             produced = (produced or 0) + end["elements"] - begin["elements"]
     if not calls:
         return None
-    return {
+    out: StagesJSON = {
         "window_s": round((stop.wall_ns - start.wall_ns) / 1e9, 4),
         "batches": batches,
         "worker_elements": produced,
         "seconds": {w: {s: round(v, 6) for s, v in row.items()} for w, row in seconds.items()},
         "calls": calls,
     }
+    clocks = _thread_clocks(start, stop)
+    if clocks:
+        out["thread_cpu_s"] = {p: round(c / 1e9, 6) for p, (c, _) in clocks.items()}
+        out["thread_run_delay_s"] = {p: round(d / 1e9, 6) for p, (_, d) in clocks.items()}
+    return out
+
+
+def _thread_clocks(start: _Snapshot, stop: _Snapshot) -> dict[str, tuple[int, int]]:
+    """By place, the CPU time and run delay (ns) over the window of the threads that ran
+    stages (one that started inside it counts from zero); none for a place where a thread
+    ended inside the window (its stage time stays in the table, its CPU time is gone)."""
+    out: dict[str, tuple[int, int]] = {}
+    for place, threads in stop.stage_threads.items():
+        before = start.stage_threads.get(place, {})
+        if not set(before) <= set(threads):
+            continue
+        cpu = delay = 0
+        for tid, (c1, d1) in threads.items():
+            c0, d0 = before.get(tid, (0, 0))
+            cpu += max(0, c1 - c0)
+            delay += max(0, d1 - d0)
+        out[place] = (cpu, delay)
+    return out
 
 
 def workers_measured(
