@@ -69,10 +69,25 @@ def test_cpu_bound_workers_are_told_more_will_not_help_beyond_the_cores() -> Non
 
 
 def test_an_input_bound_pipeline_in_the_training_process_is_told_to_move() -> None:
-    judged = judge(10.0, 20.0, 21.0, evidence=_evidence(workers=0))
-    assert judged.verdict == "input-bound"
-    assert judged.suggested_workers is None
-    assert "mp_prefetch" in judged.reason
+    # Alone on its read threads the pipeline makes a batch every 20 ms against a 10 ms step:
+    # ceil(20 x 1.25 / 10) = 3 workers, as analyze sizes it. Read threads that wait on
+    # storage (5% on a CPU) may be outnumbered by workers; ones that compute are held to
+    # the 2 cores; unmeasured, too.
+    waiting = judge(
+        10.0, 20.0, 21.0, evidence=_evidence(workers=0, cores=2, threads_cpu_share=0.05)
+    )
+    assert waiting.verdict == "input-bound" and waiting.suggested_workers == 3
+    assert waiting.workers is not None and waiting.workers.bounded_by is None
+    assert "Set the Grain worker count to 3 (now 0;" in waiting.reason
+    assert "the stages ran on a CPU 5% of their time" in waiting.reason
+    for share in (0.99, None):
+        evidence = _evidence(workers=0, cores=2, threads_cpu_share=share)
+        held = judge(10.0, 20.0, 21.0, evidence=evidence)
+        assert held.suggested_workers == 2
+        assert held.workers is not None and held.workers.bounded_by == "cores"
+    # Nothing says how the pipeline runs: no count, the generic advice.
+    unknown = judge(10.0, 20.0, 21.0, evidence=_evidence())
+    assert unknown.suggested_workers is None and "mp_prefetch" in unknown.reason
 
 
 def test_a_real_step_slower_than_the_target_with_a_waiting_read_is_sync_bound() -> None:
@@ -145,6 +160,8 @@ def _run(
     batches: int = 100,
     exit_code: int = 0,
     stopped_by_us: bool = True,
+    grain: dict[str, Any] | None = None,
+    process_cpu_s: float | None = None,
 ) -> PhaseRun:
     """A phase's run as the child reports it: steps of ``walls_ms``, the window from step
     ``traced_from`` (``traced`` steps, default all the rest)."""
@@ -179,7 +196,7 @@ def _run(
         "stopped_by_traceinspect": stopped_by_us,
         "ended": "was stopped by traceinspect",
         "host": {"cpu_count": 2, "cpus_available": 2},
-        "grain": {"worker_count": 1},
+        "grain": {"worker_count": 1} if grain is None else grain,
         "phase": {
             "timing": phase,
             "deadline_s": 300.0,
@@ -193,6 +210,8 @@ def _run(
             "cpu_count": 2,
         },
     }
+    if process_cpu_s is not None:
+        report["phase"]["process_cpu_s"] = process_cpu_s
     return PhaseRun(
         phase=phase,
         exit_code=exit_code,
@@ -270,6 +289,32 @@ def test_summarize_gives_the_figures_the_verdict_and_json() -> None:
     assert out["evidence"]["workers"] == 1 and out["evidence"]["host_reads_per_step"] == 0
     assert out["workers"]["value"] == 2 and out["workers"]["kind"] == "grain_worker_count"
     assert "loader" not in out["evidence"]
+
+
+def test_a_pipeline_on_read_threads_is_sized_by_their_cpu_share() -> None:
+    # The family's slow records on one read thread, no workers: alone the pipeline made a
+    # batch every 26 ms (3 timed, 0.012 s of the process's CPU: 4 ms a batch, 15% of the
+    # thread's time) against a 9 ms step: ceil(26 x 1.25 / 9) = 4 workers, more than the 2
+    # cores since the thread mostly waits; with 78 ms of CPU (the thread busy) 2.
+    in_process = {"worker_count": None, "read_threads": 1}
+
+    def runs(cpu_s: float | None) -> dict[str, PhaseRun]:
+        return {
+            "target": _run("target", [900.0, 9.0, 9.0, 9.0], grain=in_process),
+            "loader": _run(
+                "loader", [900.0, 26.0, 26.0, 26.0], grain=in_process, process_cpu_s=cpu_s
+            ),
+            "real": _run("real", [900.0, 27.0, 27.0, 27.0], grain=in_process),
+        }
+
+    waiting = summarize(runs(0.012))
+    assert waiting.evidence.workers == 0
+    assert waiting.evidence.threads_cpu_share == pytest.approx(4 / 26)
+    assert waiting.verdict == "input-bound" and waiting.suggested_workers == 4
+    assert "num_workers=4) (now 0" in waiting.reason
+    assert summarize(runs(0.078)).suggested_workers == 2
+    unmeasured = summarize(runs(None))
+    assert unmeasured.evidence.threads_cpu_share is None and unmeasured.suggested_workers == 2
 
 
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------

@@ -175,6 +175,10 @@ class Evidence:
     #: The loader phase's record (its workers' measurement, the host's cores and memory,
     #: Grain's settings): what the worker count is sized from, as ``analyze`` sizes it.
     loader: SC.Sidecar | None = None
+    #: Without workers: the share of the loader phase's read-thread time spent on a CPU
+    #: (the process's CPU time per batch over the read threads' time per batch), as
+    #: ``analyze`` measures it from a capture's read threads (None: not measured).
+    threads_cpu_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -318,8 +322,24 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
     its workers (a batch's cost to one worker, their CPU share) sizes the count, within the
     cores and memory; without it, each worker is taken to make a batch every
     ``workers x loader`` ms. None without mp_prefetch workers."""
-    if not evidence.workers:
+    if evidence.workers is None:
         return None
+    if evidence.workers == 0:
+        # The pipeline on the training process's read threads: alone, it made a batch every
+        # loader_ms; a worker process running the same pipeline would make one as often,
+        # and the read threads' CPU share says how many such workers the cores run.
+        inputs = worker_inputs(
+            "input-bound",
+            step_ms=loader_ms,
+            device_busy_ms=target_ms,
+            input_wait_ms=evidence.input_wait_ms or 0.0,
+            sidecar=evidence.loader,
+            stage_batch_ms=loader_ms,
+            stage_cpu_share=evidence.threads_cpu_share,
+        )
+        return recommend_workers(
+            dataclasses.replace(inputs, current=0, cpus=inputs.cpus or evidence.cores)
+        )
     if evidence.loader is not None:
         inputs = worker_inputs(
             "input-bound",
@@ -347,7 +367,7 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
 
 
 def _input_advice(advice: Recommendation | None, evidence: Evidence) -> str:
-    if not evidence.workers or advice is None or advice.value is None:
+    if advice is None or advice.value is None:
         return (
             " The pipeline runs in the training process: move it into Grain worker processes "
             "(mp_prefetch), or give it more read threads."
@@ -616,7 +636,7 @@ def summarize(
         for phase in PHASES
     )
     target, loader, real = (t.mean_ms for t in timings)
-    evidence = _evidence(runs, timings[2])
+    evidence = _evidence(runs, timings[2], timings[1])
     judged = judge(target, loader, real, tolerance=tolerance, evidence=evidence)
     next_best = None
     if all(len(t.runs_ms) >= 2 for t in timings):
@@ -726,7 +746,9 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
     )
 
 
-def _evidence(runs: Mapping[str, PhaseRun], real: PhaseTiming) -> Evidence:
+def _evidence(
+    runs: Mapping[str, PhaseRun], real: PhaseTiming, loader_timing: PhaseTiming | None = None
+) -> Evidence:
     real_phase = _phase(runs[REAL])
     steps = real.count
     input_s, read_s = real_phase.get("input_wait_s"), real_phase.get("host_read_s")
@@ -744,12 +766,30 @@ def _evidence(runs: Mapping[str, PhaseRun], real: PhaseTiming) -> Evidence:
         produce = sum(w.produce_s for w in measured.workers)
         if produce > 0:
             share = min(1.0, sum(w.cpu_s for w in measured.workers) / produce)
+    # A capture that saw Grain but no mp_prefetch: the pipeline runs in the process.
+    workers = None if grain is None else grain.worker_count or 0
     return Evidence(
         input_wait_ms=input_s * 1e3 / steps if input_s is not None else None,
         host_read_ms=read_s * 1e3 / steps if read_s is not None else None,
         host_reads_per_step=reads / steps if reads is not None else None,
-        workers=grain.worker_count if grain is not None else None,
+        workers=workers,
         workers_cpu_share=share,
         cores=host.cores if host is not None else None,
         loader=loader,
+        threads_cpu_share=(
+            _threads_cpu_share(runs[LOADER], loader_timing) if workers == 0 else None
+        ),
     )
+
+
+def _threads_cpu_share(run: PhaseRun, timing: PhaseTiming | None) -> float | None:
+    """The loader phase's read threads' share on a CPU: the process's CPU time per batch
+    over the read threads' time per batch (``threads x`` the batch time: alone, the
+    pipeline keeps its threads busy); None without the figures or the thread count."""
+    cpu_s = _phase(run).get("process_cpu_s")
+    record = run.record
+    threads = record.grain.read_threads if record and record.grain else None
+    if cpu_s is None or timing is None or not threads or timing.count <= 0:
+        return None
+    thread_ms = threads * timing.mean_ms
+    return min(1.0, cpu_s * 1e3 / timing.count / thread_ms) if thread_ms > 0 else None

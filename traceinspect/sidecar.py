@@ -292,7 +292,13 @@ class ChildReportJSON(TypedDict, total=False):
     stack_samples: StackSamplesJSON | None
 
 
-class PhaseJSON(TypedDict):
+class _PhaseCpuJSON(TypedDict, total=False):
+    #: The script's process's CPU time over the timed window (its Grain workers' not
+    #: included): in the loader phase, what the pipeline's read threads and the drain cost.
+    process_cpu_s: float
+
+
+class PhaseJSON(_PhaseCpuJSON):
     """A phase of ``traceinspect isolate`` as the child ran it (never in a sidecar)."""
 
     timing: str  # target | loader | real

@@ -3,6 +3,7 @@ whose input costs nothing, and a phase bounded by its time limit."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -46,8 +47,13 @@ def test_a_slow_pipeline_is_input_bound(tmp_path: Path) -> None:
     assert {p.log_path for p in result.phases} == {
         str(tmp_path / f"{name}.log") for name in ("target", "loader", "real")
     }
-    # No suggested worker count: the pipeline runs on the training thread.
-    assert result.suggested_workers is None and "mp_prefetch" in result.reason
+    # The pipeline runs on the training thread (no read threads, no workers): the count
+    # analyze's model gives, held to the cores (nothing measured the thread's CPU share).
+    cores = result.evidence.cores
+    assert result.evidence.workers == 0 and cores
+    needed = math.ceil(result.loader_batch_ms * 1.25 / result.target_step_ms)
+    assert result.suggested_workers == min(needed, cores)
+    assert "(now 0" in result.reason and "MultiprocessingOptions(num_workers=" in result.reason
 
 
 def test_a_loop_whose_input_costs_nothing_is_device_bound(tmp_path: Path) -> None:

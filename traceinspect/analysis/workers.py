@@ -355,7 +355,12 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         f"one batch costs a worker {cost:.2f} ms ({m} worker(s) x {inputs.step_ms:.2f} ms/step)"
         if m >= 1
         else f"the pipeline's stages take {cost:.2f} ms a batch on the training process's read "
-        f"thread(s) (the training thread waits {inputs.input_wait_ms:.2f} ms/step for it)"
+        "thread(s)"
+        + (
+            f" (the training thread waits {inputs.input_wait_ms:.2f} ms/step for it)"
+            if inputs.input_wait_ms > 0
+            else ""
+        )
         if in_threads
         else f"the training thread spends {cost:.2f} ms/step making each batch"
     )

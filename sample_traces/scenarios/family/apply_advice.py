@@ -42,6 +42,11 @@ CONFIGS: dict[str, list[str]] = {
     "slow_read_t1": [
         *["--record", "slow", "--workers", "0", "--read-threads", "1", "--read", "float"]
     ],
+    # On one read thread of the training process, no workers: records that compute (cpu) and
+    # that wait and compute (mix); the read threads' CPU share sets how many workers the
+    # cores run.
+    "cpu_t1": ["--record", "cpu", "--workers", "0", "--read-threads", "1"],
+    "mix_t1": ["--record", "mix", "--workers", "0", "--read-threads", "1"],
     # A per-step read over a pipeline that keeps up: remove it.
     "light_read_w0": [
         *["--record", "light", "--read", "float", "--workers", "0", "--read-threads", "0"]

@@ -106,6 +106,9 @@ def build_report(cap: _State) -> ChildReportJSON:
             "others_cpu_cores": others_cores(cap.at_open, cap.at_close),
             "cpu_count": os.cpu_count(),
         }
+        if cap.at_open is not None and cap.at_close is not None:
+            cpu_ns = cap.at_close.cpu_ns - cap.at_open.cpu_ns
+            cast("PhaseReportJSON", report)["phase"]["process_cpu_s"] = round(cpu_ns / 1e9, 6)
     return report
 
 
