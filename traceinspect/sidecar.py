@@ -214,6 +214,9 @@ class _StageThreadsJSON(TypedDict, total=False):
     #: seconds; ``threads`` only; absent without schedstat, or where a thread ended).
     thread_cpu_s: dict[str, float]
     thread_run_delay_s: dict[str, float]
+    #: The training process's CPU time over the window (all its threads; on XLA's CPU
+    #: backend the device's work too; its Grain workers' not included).
+    process_cpu_s: float
 
 
 class StagesJSON(_StageThreadsJSON):
@@ -419,6 +422,8 @@ class StagesMeasured:
     #: CPU time and run delay of the read threads that ran stages (place -> seconds).
     thread_cpu_s: dict[str, float] = field(default_factory=dict)
     thread_run_delay_s: dict[str, float] = field(default_factory=dict)
+    #: The training process's CPU time over the window (seconds).
+    process_cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -850,6 +855,7 @@ def _read_stages(value: object) -> StagesMeasured | None:
         calls=table(s.get("calls"), int),
         thread_cpu_s=_seconds_by_place(s.get("thread_cpu_s")),
         thread_run_delay_s=_seconds_by_place(s.get("thread_run_delay_s")),
+        process_cpu_s=_get_float(s, "process_cpu_s"),
     )
 
 

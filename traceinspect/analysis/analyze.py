@@ -64,7 +64,12 @@ from traceinspect.analysis.window import (
     typical,
     window_check,
 )
-from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
+from traceinspect.analysis.workers import (
+    WAITING_SHARE,
+    WorkerMeasurement,
+    recommend_workers,
+    worker_inputs,
+)
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
@@ -184,6 +189,15 @@ def analyze(trace: Trace) -> Analysis:
         # The device reads busy (or idles less than the host's work lasts) because the
         # loop's CPU work stretches the program beside it.
         verdict = _Verdict("host-bound", "loop_cpu", verdict.occasional_sync, verdict.sync_steps)
+    paces = _pipeline_paces(stages, summary_of_steps.typical_ms)
+    if (
+        paces is not None
+        and verdict.verdict in ("device-bound", "host-bound")
+        and verdict.top not in ("stall", "callback", "loop_cpu")
+    ):
+        verdict = _Verdict(
+            "input-bound", "pipeline_cpu", verdict.occasional_sync, verdict.sync_steps
+        )
     window_info, window_note = window_check(trace.sidecar)
     behind = None if work is None else reads_behind(host.sync_events, work, steps)
     notes = _notes(trace, verdict, fractions, summary_of_steps, work, outside, steps, window_note)
@@ -211,11 +225,18 @@ def analyze(trace: Trace) -> Analysis:
     if verdict.top == "loop_cpu" and competing is not None:
         rest = tuple(r for r in advice if r.kind not in ("reduce_host_overhead", "device_bound"))
         advice = (_loop_cpu_advice(competing, device_per_step, input_per_step), *rest)
+    if verdict.top == "pipeline_cpu":
+        # The host's time is the pipeline's doing: the worker count (first) and the stage.
+        advice = tuple(r for r in advice if r.kind not in ("reduce_host_overhead", "device_bound"))
     if stall is not None and nature is not None:
         # The stall's own advice replaces the generic word on the host's work.
         rest = tuple(r for r in advice if r.kind != "reduce_host_overhead")
         advice = (_stall_advice(stall, nature, device_per_step), *rest)
-    elif host.loop_code is not None and fractions["host"] >= MATTERS and verdict.top != "loop_cpu":
+    elif (
+        host.loop_code is not None
+        and fractions["host"] >= MATTERS
+        and verdict.top not in ("loop_cpu", "pipeline_cpu")
+    ):
         step_ns = summary_of_steps.typical_ms * 1e6
         advice = tuple(
             _loop_code_advice(r, host, steps, gaps, step_ns, device_per_step)
@@ -251,6 +272,8 @@ def analyze(trace: Trace) -> Analysis:
             if verdict.top == "callback"
             else _loop_cpu_summary(competing, step_ns)
             if verdict.top == "loop_cpu" and competing is not None
+            else _pipeline_cpu_summary(paces, stages, fractions, input_per_step, step_ns)
+            if verdict.top == "pipeline_cpu" and paces is not None and stages is not None
             else summary_text(
                 verdict.verdict, verdict.top, fractions, input_per_step, device_per_step
             )
@@ -321,6 +344,11 @@ def _advice(
                 stage_batch_ms=_stage_batch_ms(stages),
                 stage_cpu_share=(
                     stages.threads_cpu_share if stages is not None and not stages.workers else None
+                ),
+                host_cpu_ms_per_step=(
+                    stages.host_cpu_ms_per_step
+                    if stages is not None and not stages.workers
+                    else None
                 ),
             ),
             input_limits=input_matters,
@@ -580,6 +608,46 @@ def _stall_summary(stall: RecurringStall, nature: StallNature) -> str:
         f"({nature.what()}): {stall.per_step_ns / 1e6:.2f} ms per step over the run, "
         f"{stall.share:.0%} of its step time ({len(stall.indices)} stalls in "
         f"{stall.period * len(stall.indices)} steps seen)."
+    )
+
+
+def _pipeline_paces(stages: InputStages | None, step_ms: float) -> float | None:
+    """The batch time (ms) of a pipeline on the training process's read threads that paces
+    the loop though the loop hardly waits in ``next()``, else None.
+
+    Such a pipeline makes a batch no faster than the loop takes a step (within the knee's
+    tolerance: it runs flat out) and spends most of its time on a CPU (its read threads'
+    share at least WAITING_SHARE): its work then competes with the training thread for the
+    GIL and the cores, and what the loop loses shows as slow dispatch and transfers (host
+    time; on XLA's CPU backend, a slower program) more than as waiting for a batch. The
+    family's records that burn 3 ms of CPU each on one read thread: 25.4 ms a step at 0
+    workers, 19.5 at 2 (the sweep's knee), while default captures read the loop host-bound
+    with the wait in next() at 7 ms a step. A pipeline that waits on storage leaves the GIL
+    and the cores free, and one with time to spare does not pace the loop."""
+    if stages is None or stages.workers or step_ms <= 0:
+        return None
+    share = stages.threads_cpu_share
+    if share is None or share < WAITING_SHARE:
+        return None
+    batch_ms = sum(stages.effective_ms[s] for s in PIPELINE_STAGES if stages.where[s] == "threads")
+    return batch_ms if batch_ms * KNEE_TOLERANCE >= step_ms else None
+
+
+def _pipeline_cpu_summary(
+    batch_ms: float,
+    stages: InputStages,
+    fractions: dict[str, float],
+    input_per_step: float,
+    step_ns: float,
+) -> str:
+    share = stages.threads_cpu_share or 0.0
+    return (
+        f"The input pipeline on the training process's read thread(s) makes a batch every "
+        f"{batch_ms:.2f} ms against a {step_ns / 1e6:.2f} ms step, on a CPU {share:.0%} of "
+        "its time: it runs flat out and paces the loop. Its work competes with the training "
+        "thread for the GIL and the cores, so the loop's loss shows as slow dispatch and "
+        f"transfers (host time, {fractions['host']:.0%} of the step) more than as waiting in "
+        f"next() ({input_per_step / 1e6:.2f} ms a step)."
     )
 
 

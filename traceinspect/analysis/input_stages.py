@@ -86,6 +86,10 @@ class InputStages:
     #: CPU (their CPU time over their time less waits for a core; the rest waited on reads,
     #: the GIL, a lock); None where capture did not measure it or no stage ran there.
     threads_cpu_share: float | None = None
+    #: Without workers: the training process's CPU time per batch the loop drew (ms; all
+    #: its threads, the pipeline's included; on XLA's CPU backend the device's work too):
+    #: over the cores, the fastest step the host's CPU allows. None where not measured.
+    host_cpu_ms_per_step: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
@@ -99,6 +103,8 @@ class InputStages:
             out["parallel"] = {s: round(self.parallel[s], 2) for s in STAGES}
         if self.threads_cpu_share is not None:
             out["threads_cpu_share"] = round(self.threads_cpu_share, 3)
+        if self.host_cpu_ms_per_step is not None:
+            out["host_cpu_ms_per_step"] = round(self.host_cpu_ms_per_step, 3)
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -136,11 +142,8 @@ class InputStages:
             parallel=(
                 {s: float(data["parallel"][s]) for s in STAGES} if data.get("parallel") else None
             ),
-            threads_cpu_share=(
-                float(data["threads_cpu_share"])
-                if data.get("threads_cpu_share") is not None
-                else None
-            ),
+            threads_cpu_share=_float_or_none(data.get("threads_cpu_share")),
+            host_cpu_ms_per_step=_float_or_none(data.get("host_cpu_ms_per_step")),
         )
 
 
@@ -239,7 +242,16 @@ def input_stages(
         worker_batch_ms=round(sum(per_place["workers"].values()), 4) if workers else 0.0,
         parallel=at_once,
         threads_cpu_share=threads_cpu_share(measured),
+        host_cpu_ms_per_step=(
+            round(measured.process_cpu_s * 1e3 / measured.batches, 4)
+            if measured.process_cpu_s is not None and not workers
+            else None
+        ),
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def threads_cpu_share(measured: StagesMeasured) -> float | None:

@@ -74,6 +74,8 @@ class WorkerInputs:
     #: Without workers: the share of the read threads' stage time spent on a CPU (capture's
     #: schedstat of those threads), or None.
     stage_cpu_share: float | None = None
+    #: Without workers: the training process's CPU time per step (ms), or None.
+    host_cpu_ms_per_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -345,12 +347,19 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         if in_threads
         else inputs.input_wait_ms
     )
-    needed = max(1, math.ceil(cost * HEADROOM / d))
+    # Nor faster than the host's CPU work per step over its cores (the CPU floor, as for
+    # measured workers): moved into workers, the pipeline's CPU work stays the host's (the
+    # family's records that wait 2.5 ms and compute 1.5 on one read thread: expected 9.2-9.6
+    # ms at 4-5 workers by the device alone, measured 16.3-16.9).
+    cpu_ms = inputs.host_cpu_ms_per_step if m == 0 else None
+    floor = cpu_ms / inputs.cpus if cpu_ms and inputs.cpus else 0.0
+    pace = max(d, floor)
+    needed = max(1, math.ceil(cost * HEADROOM / pace))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
-    rec["expected_step_ms"] = round(max(d, cost / value), 3)
+    rec["expected_step_ms"] = round(max(pace, cost / value), 3)
     made = (
         f"one batch costs a worker {cost:.2f} ms ({m} worker(s) x {inputs.step_ms:.2f} ms/step)"
         if m >= 1
@@ -364,10 +373,13 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         if in_threads
         else f"the training thread spends {cost:.2f} ms/step making each batch"
     )
-    reason = (
-        f"{made}; the device needs one every {d:.2f} ms, so {needed} worker(s) with "
-        f"{HEADROOM - 1:.0%} headroom"
+    paced_by = (
+        f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) allows "
+        f"a step every {pace:.2f} ms at best"
+        if floor > d
+        else f"the device needs one every {d:.2f} ms"
     )
+    reason = f"{made}; {paced_by}, so {needed} worker(s) with {HEADROOM - 1:.0%} headroom"
     share = inputs.stage_cpu_share
     if in_threads and share is not None:
         reason += f"; the stages ran on a CPU {share:.0%} of their time" + (
@@ -519,6 +531,7 @@ def worker_inputs(
     sidecar: Sidecar | None,
     stage_batch_ms: float | None = None,
     stage_cpu_share: float | None = None,
+    host_cpu_ms_per_step: float | None = None,
 ) -> WorkerInputs:
     """Gather the inputs from the analysis numbers and the capture sidecar (may be None)."""
     grain = (sidecar.grain if sidecar is not None else None) or GrainSettings(worker_count=None)
@@ -542,4 +555,5 @@ def worker_inputs(
         stage_batch_ms=stage_batch_ms,
         maxtext=sidecar.ran_maxtext if sidecar is not None else None,
         stage_cpu_share=stage_cpu_share,
+        host_cpu_ms_per_step=host_cpu_ms_per_step,
     )

@@ -155,6 +155,7 @@ def stages_measured(
         "seconds": {w: {s: round(v, 6) for s, v in row.items()} for w, row in seconds.items()},
         "calls": calls,
     }
+    out["process_cpu_s"] = round((stop.cpu_ns - start.cpu_ns) / 1e9, 6)
     clocks = _thread_clocks(start, stop)
     if clocks:
         out["thread_cpu_s"] = {p: round(c / 1e9, 6) for p, (c, _) in clocks.items()}
