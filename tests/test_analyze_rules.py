@@ -390,3 +390,76 @@ def test_the_invariant_checker_catches_a_broken_analysis(tmp_path: Path) -> None
     per_step = {**a.per_step_columns, S.IDLE_NS: a.per_step_columns[S.IDLE_NS] - 1}
     with pytest.raises(AssertionError, match="busy \\+ idle != wall"):
         check_invariants(dataclasses.replace(a, per_step_columns=per_step))
+
+
+def _in_process_pipeline_run(tmp_path: Path, thread_cpu_s: float) -> traceinspect.Trace:
+    """Each 20 ms step: 2 ms in next(), a 14 ms dispatch, 4 ms of device work; the batches
+    made on one read thread of the training process at 19.5 ms each (its stages' time,
+    capture's stage timers), whose CPU time over the window is ``thread_cpu_s``; the
+    process's CPU time 30 ms a step on 2 cores."""
+    import json
+
+    from traceinspect.capture import SIDECAR_NAME
+
+    xs = X.space()
+    host = _steps(3, 20)
+    ops = []
+    for i in range(3):
+        t = 20 * i
+        host += [
+            X.Ev("PrefetchDatasetIterator.__next__", ms(t), ms(2)),
+            X.Ev("PjitFunction(step)", ms(t + 2), ms(14)),
+        ]
+        ops.append(X.Ev("fusion.1", ms(t + 16), ms(4)))
+    _host(xs, host)
+    X.add_plane(xs, "/device:TPU:0").line("XLA Ops", 0, ops)
+    run = tmp_path / "run"
+    run.mkdir()
+    X.write(xs, run / "host.xplane.pb")
+    stages = {
+        "window_s": 0.06,
+        "batches": 3,
+        "worker_elements": None,
+        "seconds": {"threads": {"preprocessing": 0.0585}},
+        "calls": {"threads": {"preprocessing": 24}},
+        "thread_cpu_s": {"threads": thread_cpu_s},
+        "thread_run_delay_s": {"threads": 0.0},
+        "process_cpu_s": 0.09,
+    }
+    sidecar = {
+        "host": {"cpu_count": 2},
+        "grain": {"worker_count": None, "read_threads": 1, "stages": stages},
+    }
+    (run / SIDECAR_NAME).write_text(json.dumps(sidecar))
+    return traceinspect.load(run)
+
+
+def test_an_in_process_pipeline_on_busy_read_threads_paces_the_loop(tmp_path: Path) -> None:
+    """The read thread runs flat out (19.5 ms a batch, a 20 ms step) on a CPU 97% of its
+    time: what the loop loses shows as a slow dispatch (host time), yet the pipeline is the
+    limit. Input-bound, the worker count first, sized under the host's CPU floor."""
+    a = analyze(_in_process_pipeline_run(tmp_path, thread_cpu_s=0.057))
+    assert a.cause_fractions["host"] == pytest.approx(0.7)
+    assert a.verdict == "input-bound"
+    assert a.summary.startswith(
+        "The input pipeline on the training process's read thread(s) makes a batch every "
+        "19.50 ms against a 20.00 ms step, on a CPU 97% of its time"
+    )
+    first = a.recommendations[0]
+    assert first.kind == "grain_worker_count"
+    # ceil(19.5 x 1.25 / 15) = 2, where 15 ms = 30 ms of the process's CPU a step on 2
+    # cores: the step the host's CPU allows; the read thread's share keeps 2 within the cores.
+    assert (first.value, first.current, first.expected_step_ms) == (2, 0, 15.0)
+    assert first.reason is not None
+    assert "the host's CPU work per step (30.00 ms on 2 core(s))" in first.reason
+    assert "reduce_host_overhead" not in [r.kind for r in a.recommendations]
+    assert a.input_stages is not None and a.input_stages.host_cpu_ms_per_step == 30.0
+
+
+def test_an_in_process_pipeline_that_waits_leaves_the_host_bound_verdict(tmp_path: Path) -> None:
+    """The same, the read thread on a CPU 5% of its time (waiting on storage): it holds
+    neither the GIL nor a core, so the dispatch's time is the host's own."""
+    a = analyze(_in_process_pipeline_run(tmp_path, thread_cpu_s=0.003))
+    assert a.verdict == "host-bound"
+    assert a.input_stages is not None
+    assert a.input_stages.threads_cpu_share == pytest.approx(0.003 / 0.0585)
