@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--truth", type=int, default=2, help="runs without the profiler")
     parser.add_argument("--sweep", default="", help="worker counts to time, e.g. 1,2,3,4")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--keep", type=Path, help="keep each capture in KEEP/NAME-N")
     parser.add_argument("names", nargs="*", default=list(CONFIGS))
     args = parser.parse_args()
     timed: dict[str, list[float]] = {}
@@ -107,7 +108,8 @@ def main() -> None:
             entry["sweep_ms"] = steps
             entry["knee"] = min(c for c, ms in steps.items() if ms <= fastest * KNEE)
         for i in range(args.repeats):
-            result = capture_and_analyze(cli, STEPS)
+            keep = None if args.keep is None else args.keep / f"{name}-{i + 1}"
+            result = capture_and_analyze(cli, STEPS, keep)
             first = (result.get("recommendations") or [{}])[0]
             got: dict[str, Any] = {
                 "load_1min": round(os.getloadavg()[0], 2),

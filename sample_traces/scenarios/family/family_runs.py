@@ -28,14 +28,18 @@ def truth_ms(args: list[str], steps: int) -> float:
     return float((starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP))
 
 
-def capture_and_analyze(args: list[str], steps: int) -> dict[str, Any]:
+def capture_and_analyze(
+    args: list[str], steps: int, keep: Path | None = None
+) -> dict[str, Any]:
     """``analyze --json`` of a default capture of the loop (``{"verdict": "error: ..."}``
-    when the analysis failed)."""
+    when the analysis failed); ``keep``: a log folder to keep the capture in (it must not
+    hold one already), else a temporary one."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "traceinspect", "capture", "--logdir", tmp, "--"]
+        logdir = str(keep) if keep is not None else tmp
+        command = [sys.executable, "-m", "traceinspect", "capture", "--logdir", logdir, "--"]
         command += [sys.executable, str(SCRIPT), *args, "--steps", str(steps)]
         subprocess.run(command, check=True, capture_output=True, text=True)
-        (run,) = (Path(tmp) / "plugins" / "profile").iterdir()
+        (run,) = (Path(logdir) / "plugins" / "profile").iterdir()
         done = subprocess.run(
             [sys.executable, "-m", "traceinspect", "analyze", str(run), "--json"],
             capture_output=True,
