@@ -178,7 +178,7 @@ def _run(
             }
         )
         start += round((wall or 0) * 1e6)
-    report = {
+    report: dict[str, Any] = {
         "step_source": "grain",
         "step_source_detail": "batches from grain PrefetchDatasetIterator",
         "window": {
@@ -298,13 +298,15 @@ def test_a_pipeline_on_read_threads_is_sized_by_their_cpu_share() -> None:
     # cores since the thread mostly waits; with 78 ms of CPU (the thread busy) 2.
     in_process = {"worker_count": None, "read_threads": 1}
 
-    def runs(cpu_s: float | None) -> dict[str, PhaseRun]:
+    def runs(cpu_s: float | None, real_cpu_s: float | None = None) -> dict[str, PhaseRun]:
         return {
             "target": _run("target", [900.0, 9.0, 9.0, 9.0], grain=in_process),
             "loader": _run(
                 "loader", [900.0, 26.0, 26.0, 26.0], grain=in_process, process_cpu_s=cpu_s
             ),
-            "real": _run("real", [900.0, 27.0, 27.0, 27.0], grain=in_process),
+            "real": _run(
+                "real", [900.0, 27.0, 27.0, 27.0], grain=in_process, process_cpu_s=real_cpu_s
+            ),
         }
 
     waiting = summarize(runs(0.012))
@@ -315,6 +317,13 @@ def test_a_pipeline_on_read_threads_is_sized_by_their_cpu_share() -> None:
     assert summarize(runs(0.078)).suggested_workers == 2
     unmeasured = summarize(runs(None))
     assert unmeasured.evidence.threads_cpu_share is None and unmeasured.suggested_workers == 2
+    # The real phase's process used 40 ms of CPU a step: on 2 cores no step below 20 ms
+    # (the family's CPU-bound records: isolate expected 12.4 ms at 2 workers by the step with
+    # free input alone; they ran 20.2).
+    floored = summarize(runs(0.078, real_cpu_s=0.12))
+    assert floored.evidence.host_cpu_ms_per_step == pytest.approx(40.0)
+    assert floored.workers is not None and floored.workers.expected_step_ms == 20.0
+    assert waiting.workers is not None and waiting.workers.expected_step_ms == 9.0
 
 
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------

@@ -119,13 +119,30 @@ def test_tolerance_zero_takes_the_best() -> None:
 
 def test_by_mean_when_steps_come_in_bursts() -> None:
     # 4 workers: most steps fast, every few a long stall. The median says 4 is fastest;
-    # the mean (the throughput) says 8.
+    # the mean (the throughput) says 8, and so does the figure analyze gives each run (the
+    # default): the mean at 4 workers, whose steps come in bursts ((30 - 1) / 9 > 1), the
+    # median elsewhere.
     runs = [
         ok(2, 10.0, p90=12.0, p10=9.0, mean=10.5),
         ok(4, 2.0, p90=30.0, p10=1.0, mean=9.0),
         ok(8, 3.0, p90=3.5, p10=2.8, mean=3.1),
     ]
-    by_median = summarize_sweep(runs)
+    typical = summarize_sweep(runs)
+    assert [r.bursty for r in runs] == [False, True, False]
+    assert (typical.metric, typical.chosen, typical.best, typical.best_step_ms) == (
+        "typical",
+        8,
+        8,
+        3.0,
+    )
+    assert typical.vs_best(typical.run(4)) == pytest.approx(9.0 / 3.0)
+    text = render_sweep(typical)
+    assert "* 8 workers: the best step time (3.00 ms)" in text
+    assert (
+        "Steps come in bursts at 4 workers: there the step time is the mean (throughput), as "
+        "analyze gives it; elsewhere the median." in text
+    )
+    by_median = summarize_sweep(runs, metric="median")
     assert (by_median.chosen, by_median.best) == (4, 4)
     text = render_sweep(by_median)
     assert (
@@ -211,7 +228,7 @@ def test_to_dict_is_plain_json() -> None:
         4250.0,
         0.05,
     )
-    assert data["metric"] == "median"
+    assert data["metric"] == "typical"
     by_workers = {r["workers"]: r for r in data["runs"]}
     assert by_workers[4]["chosen"] is True
     assert by_workers[4]["vs_best"] == round(4300 / 4250, 4)
@@ -234,7 +251,7 @@ def test_table_text() -> None:
     assert lines[5].split()[-1] == "timeout"
     assert lines[6].split()[-3:] == ["crashed", "(exit", "1)"]
     assert (
-        "* 4 workers: the smallest count within 5% of the best median step time "
+        "* 4 workers: the smallest count within 5% of the best step time "
         "(4,300.00 ms against 4,250.00 ms at 8 workers)." in lines
     )
     assert "workers=32: exit code 1: MemoryError" in lines

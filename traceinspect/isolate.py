@@ -179,6 +179,9 @@ class Evidence:
     #: (the process's CPU time per batch over the read threads' time per batch), as
     #: ``analyze`` measures it from a capture's read threads (None: not measured).
     threads_cpu_share: float | None = None
+    #: The real phase's process CPU time per step (ms; without workers, the pipeline's
+    #: included): over the cores, the fastest step the host's CPU allows.
+    host_cpu_ms_per_step: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -336,6 +339,7 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
             sidecar=evidence.loader,
             stage_batch_ms=loader_ms,
             stage_cpu_share=evidence.threads_cpu_share,
+            host_cpu_ms_per_step=evidence.host_cpu_ms_per_step,
         )
         return recommend_workers(
             dataclasses.replace(inputs, current=0, cpus=inputs.cpus or evidence.cores)
@@ -779,7 +783,16 @@ def _evidence(
         threads_cpu_share=(
             _threads_cpu_share(runs[LOADER], loader_timing) if workers == 0 else None
         ),
+        host_cpu_ms_per_step=_cpu_ms_per_step(runs[REAL], real) if workers == 0 else None,
     )
+
+
+def _cpu_ms_per_step(run: PhaseRun, timing: PhaseTiming) -> float | None:
+    """The phase's process CPU time per step timed (ms), or None."""
+    cpu_s = _phase(run).get("process_cpu_s")
+    if cpu_s is None or timing.count <= 0:
+        return None
+    return float(cpu_s) * 1e3 / timing.count
 
 
 def _threads_cpu_share(run: PhaseRun, timing: PhaseTiming | None) -> float | None:

@@ -50,6 +50,12 @@ def typical(values: np.ndarray, bursty: bool) -> float:
     return float(np.mean(values)) if bursty else float(np.median(values))
 
 
+def is_bursty(p10_ms: float, p90_ms: float, mean_ms: float, count: int) -> bool:
+    """Whether steps with these figures come in bursts (see BURSTY_SPREAD): then the mean,
+    the throughput, is what a step costs."""
+    return count >= BURSTY_MIN_STEPS and mean_ms > 0 and (p90_ms - p10_ms) / mean_ms > BURSTY_SPREAD
+
+
 def step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
     p10, p50, p90 = (float(np.percentile(wall_ms, q)) for q in (10, 50, 90))
     mean = float(np.mean(wall_ms))
@@ -61,9 +67,7 @@ def step_summary(steps: Steps, wall_ms: np.ndarray) -> StepSummary:
         dropped=steps.dropped,
         mean_ms=round(mean, 4),
         p10_ms=round(p10, 4),
-        bursty=bool(
-            len(wall_ms) >= BURSTY_MIN_STEPS and mean > 0 and (p90 - p10) / mean > BURSTY_SPREAD
-        ),
+        bursty=is_bursty(p10, p90, mean, len(wall_ms)),
     )
 
 

@@ -18,7 +18,7 @@ from traceinspect.cli._options import (
 from traceinspect.cli._progress import StatusLine, duration
 
 # As traceinspect.sweep.METRICS, without importing the library when the CLI starts.
-_METRICS = ("median", "mean")
+_METRICS = ("typical", "median", "mean")
 
 if TYPE_CHECKING:
     from traceinspect.sweep import SweepProgress, SweepRun
@@ -133,9 +133,12 @@ class _Progress:
     "--by",
     "metric",
     type=click.Choice(_METRICS),
-    default="median",
+    default="typical",
     show_default=True,
-    help="Compare counts by median step time, or by mean (throughput; for bursty steps).",
+    help=(
+        "Compare counts by the step time analyze gives each run (typical: the mean where "
+        "its steps come in bursts, else the median), by median, or by mean (throughput)."
+    ),
 )
 @json_flag()
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
@@ -162,7 +165,8 @@ def sweep(
 
     Captures a short window of the script once per count, analyses each run, prints a
     table (median, p90 and mean step time, spread, idle time by cause, verdict) and marks
-    the smallest count within 5% of the best median step time (--by mean: the mean).
+    the smallest count within 5% of the best step time as analyze gives it (the mean for
+    a run whose steps come in bursts, else the median; --by median or --by mean for one).
     Writes sweep.json, sweep.csv and sweep.png into LOGDIR. A "{workers}" in the script's
     arguments receives the count; otherwise capture sets Grain's worker count. Runs that
     crash, time out or cannot be analysed show as such. Exit code 1 when no run could be

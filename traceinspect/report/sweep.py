@@ -11,7 +11,15 @@ from traceinspect.report.plots import (
     BUSY_COLOR,
     CAUSE_COLORS,
 )
-from traceinspect.sweep import CRASHED, OK, SweepResult, SweepRun, choose, prediction_vs_measured
+from traceinspect.sweep import (
+    CRASHED,
+    OK,
+    TYPICAL,
+    SweepResult,
+    SweepRun,
+    choose,
+    prediction_vs_measured,
+)
 from traceinspect.sweep._load import JSON_NAME
 from traceinspect.vocabulary import CAUSES
 
@@ -94,6 +102,12 @@ def render_sweep(result: SweepResult) -> str:
         for r in result.runs
         if r.ok and r.mean_ms is not None and r.mean_ms > SKEWED * (r.median_ms or 0.0)
     ]
+    bursty = [r.workers for r in result.runs if r.bursty]
+    if bursty and result.metric == TYPICAL:
+        lines.append(
+            f"Steps come in bursts at {', '.join(map(str, bursty))} workers: there the step time "
+            "is the mean (throughput), as analyze gives it; elsewhere the median."
+        )
     if skewed and result.metric == "median":
         by_mean, _ = choose(result.runs, result.tolerance, "mean")
         lines.append(
@@ -119,13 +133,14 @@ def choice_sentence(result: SweepResult) -> str:
     best = result.run(result.best) if result.best is not None else chosen
     tol = f"{result.tolerance:.0%}"
     metric = result.metric
+    named = "" if metric == TYPICAL else f"{metric} "
     if chosen.workers == best.workers:
         return (
-            f"* {chosen.workers} workers: the best {metric} step time "
+            f"* {chosen.workers} workers: the best {named}step time "
             f"({_fmt_ms(chosen.step_ms(metric))} ms), and no smaller count is within {tol} of it."
         )
     return (
-        f"* {chosen.workers} workers: the smallest count within {tol} of the best {metric} "
+        f"* {chosen.workers} workers: the smallest count within {tol} of the best {named}"
         f"step time ({_fmt_ms(chosen.step_ms(metric))} ms against "
         f"{_fmt_ms(best.step_ms(metric))} ms "
         f"at {best.workers} workers)."

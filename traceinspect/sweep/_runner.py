@@ -30,6 +30,7 @@ from traceinspect.sweep._summary import (
     OK,
     TIMEOUT,
     TOLERANCE,
+    TYPICAL,
     UNANALYSABLE,
     SweepResult,
     SweepRun,
@@ -104,7 +105,7 @@ def run_sweep(
     timeout_s: float | None = None,
     *,
     tolerance: float = TOLERANCE,
-    metric: str = "median",
+    metric: str = TYPICAL,
     progress: ProgressCallback | None = None,
 ) -> SweepResult:
     """Capture and analyse ``command`` once per worker count; return the table and the choice.
