@@ -116,6 +116,17 @@ def test_a_falling_series_never_opens_the_window() -> None:
     assert steady.trend() == "rising" and not steady.is_steady()
 
 
+def test_isolate_s_phases_take_any_order_for_settling() -> None:
+    # A phase's figure is set against the others within 20%: an order under 20% inside it
+    # still counts as settling there (as before), and the phase waits for a turn.
+    steady = _Steady(8, trend_above=1.0)
+    steady.add(_starts([3000.0, *_blocks([15.2, 14.4, 13.0])]))
+    assert steady.trend() == "falling" and not steady.is_steady()
+    steady.add(_starts([3000.0, *_blocks([15.2, 14.4, 13.0, 13.6])]))
+    assert steady.is_steady()
+    assert "not moving one way (14.4, 13.0, 13.6 ms)" in steady.reason(200)
+
+
 # A Flax NNX loop's settled blocks (2-core machine, cheap input, 1 worker): in order by chance,
 # as three settled blocks are one time in three.
 @pytest.mark.parametrize("means", [[15.2, 14.4, 13.0], [13.3, 13.7, 15.1], [100.3, 100.2, 100.1]])

@@ -37,6 +37,9 @@ CONFIGS: dict[str, list[str]] = {
     "io_w1": ["--record", "io", "--workers", "1"],
     "cpu_w1": ["--record", "cpu", "--workers", "1"],
     "mix_w1": ["--record", "mix", "--workers", "1"],
+    # Two waiting workers, still slower than the device; one under a per-step read.
+    "io_w2": ["--record", "io", "--workers", "2"],
+    "io_read_w1": ["--record", "io", "--workers", "1", "--read", "float"],
     # On the training process's read threads: 16 of them, and 1 with a per-step read.
     "io_w0_t16": ["--record", "io", "--workers", "0", "--read-threads", "16"],
     "slow_read_t1": [

@@ -54,8 +54,15 @@ STALL_MAX_PERIOD = 500
 class _Steady:
     """Block means of host step times, to tell when a run has settled (see STEADY_*)."""
 
-    def __init__(self, block_steps: int, period: int | None = None) -> None:
+    def __init__(
+        self, block_steps: int, period: int | None = None, trend_above: float = STEADY_TREND
+    ) -> None:
         self.block_steps = block_steps
+        #: Means in order move one way only beyond this (largest / smallest): STEADY_TREND
+        #: for capture's window; 1.0 (any order) for isolate's phases, whose figures are set
+        #: against each other within 20%, where a drift under 20% inside one could move the
+        #: verdict (a phase waits longer instead; its time limit bounds it).
+        self.trend_above = trend_above
         self.block_start = 1  # step 0 compiles: never in a block
         #: When step ``block_start`` started (None until it is seen).
         self.block_start_ns: int | None = None
@@ -138,7 +145,9 @@ class _Steady:
         if STALL_MIN_PERIOD <= period <= STALL_MAX_PERIOD and period - min(spacing) <= 1:
             self.period = period
             # Blocks of whole periods from here: those cut before hold uneven numbers of stalls.
-            self.by_period = _Steady(max(self.block_steps, STALL_BLOCK_PERIODS * period), period)
+            self.by_period = _Steady(
+                max(self.block_steps, STALL_BLOCK_PERIODS * period), period, self.trend_above
+            )
             self.by_period.block_start = self.by_period.next_step = index
             self.by_period.fresh_from = self.fresh_from
             self.by_period.step(index, start_ns)
@@ -160,7 +169,7 @@ class _Steady:
         means = self._last_means()
         if len(means) < STEADY_BLOCKS or min(means) <= 0:
             return None
-        if max(means) / min(means) <= STEADY_TREND:
+        if max(means) / min(means) <= self.trend_above:
             return None
         pairs = list(itertools.pairwise(means))
         if all(b < a for a, b in pairs):
@@ -207,7 +216,7 @@ class _Steady:
         )
         return (
             f"steady from step {first}: {STEADY_BLOCKS} blocks of steps since then have mean "
-            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other, not moving one way "
-            f"by over {STEADY_TREND - 1:.0%} ({self._means()} ms){period}; traced from step "
-            f"{index}"
+            f"step times within {STEADY_TOLERANCE - 1:.0%} of each other, not moving one way"
+            + (f" by over {self.trend_above - 1:.0%}" if self.trend_above > 1 else "")
+            + f" ({self._means()} ms){period}; traced from step {index}"
         )

@@ -34,7 +34,7 @@ from .state import (
     WINDOW_MIN_S,
     _Source,
 )
-from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, _Steady
+from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, STEADY_TREND, _Steady
 
 __all__ = ["DEFAULT_STEPS", "WINDOW_MIN_S", "_TRACING", "_Capture", "_Source"]
 
@@ -229,7 +229,12 @@ class _Capture(_EarlyTrace):
             return False
         if self.steady is None:
             workers = self._grain_setting("mp_prefetch", "num_workers") or 0
-            self.steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)))
+            # isolate's phases take any order of block means for a settling run, as before
+            # (see _Steady.trend_above).
+            self.steady = _Steady(
+                max(STEADY_BLOCK_STEPS, 2 * int(workers)),
+                trend_above=1.0 if self.timing is not None else STEADY_TREND,
+            )
             if self.early_stop_ns is not None:
                 # The early trace's stop paused the script inside this step of the source:
                 # the rule drops its block (as _stop_early does for a rule already made).
