@@ -324,35 +324,28 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
     step with free input is the pace a batch must beat; the loader phase's measurement of
     its workers (a batch's cost to one worker, their CPU share) sizes the count, within the
     cores and memory; without it, each worker is taken to make a batch every
-    ``workers x loader`` ms. None without mp_prefetch workers."""
+    ``workers x loader`` ms. Without workers, the count to move the pipeline into. None when
+    no phase saw how the run uses Grain."""
     if evidence.workers is None:
         return None
-    if evidence.workers == 0:
-        # The pipeline on the training process's read threads: alone, it made a batch every
-        # loader_ms; a worker process running the same pipeline would make one as often,
-        # and the read threads' CPU share says how many such workers the cores run.
+    if evidence.workers == 0 or evidence.loader is not None:
+        # Without workers the pipeline ran on the training process's read threads: alone it
+        # made a batch every loader_ms, as a worker process running it would; the read
+        # threads' CPU share says how many such workers the cores run (the Evidence holds
+        # the share and the CPU floor only then).
         inputs = worker_inputs(
             "input-bound",
             step_ms=loader_ms,
             device_busy_ms=target_ms,
             input_wait_ms=evidence.input_wait_ms or 0.0,
             sidecar=evidence.loader,
-            stage_batch_ms=loader_ms,
+            stage_batch_ms=loader_ms if evidence.workers == 0 else None,
             stage_cpu_share=evidence.threads_cpu_share,
             host_cpu_ms_per_step=evidence.host_cpu_ms_per_step,
         )
-        return recommend_workers(
-            dataclasses.replace(inputs, current=0, cpus=inputs.cpus or evidence.cores)
+        inputs = dataclasses.replace(
+            inputs, current=evidence.workers, cpus=inputs.cpus or evidence.cores
         )
-    if evidence.loader is not None:
-        inputs = worker_inputs(
-            "input-bound",
-            step_ms=loader_ms,
-            device_busy_ms=target_ms,
-            input_wait_ms=evidence.input_wait_ms or 0.0,
-            sidecar=evidence.loader,
-        )
-        inputs = dataclasses.replace(inputs, current=evidence.workers)
     else:
         inputs = WorkerInputs(
             verdict="input-bound",
