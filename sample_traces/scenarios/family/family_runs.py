@@ -28,9 +28,7 @@ def truth_ms(args: list[str], steps: int) -> float:
     return float((starts[-1] - starts[WARMUP]) * 1000.0 / (len(starts) - 1 - WARMUP))
 
 
-def capture_and_analyze(
-    args: list[str], steps: int, keep: Path | None = None
-) -> dict[str, Any]:
+def capture_and_analyze(args: list[str], steps: int, keep: Path | None = None) -> dict[str, Any]:
     """``analyze --json`` of a default capture of the loop (``{"verdict": "error: ..."}``
     when the analysis failed); ``keep``: a log folder to keep the capture in (it must not
     hold one already), else a temporary one."""
