@@ -792,10 +792,8 @@ def _threads_cpu_share(run: PhaseRun, timing: PhaseTiming | None) -> float | Non
     """The loader phase's read threads' share on a CPU: the process's CPU time per batch
     over the read threads' time per batch (``threads x`` the batch time: alone, the
     pipeline keeps its threads busy); None without the figures or the thread count."""
-    cpu_s = _phase(run).get("process_cpu_s")
     record = run.record
     threads = record.grain.read_threads if record and record.grain else None
-    if cpu_s is None or timing is None or not threads or timing.count <= 0:
-        return None
-    thread_ms = threads * timing.mean_ms
-    return min(1.0, cpu_s * 1e3 / timing.count / thread_ms) if thread_ms > 0 else None
+    cpu_ms = _cpu_ms_per_step(run, timing) if timing is not None else None
+    thread_ms = threads * timing.mean_ms if threads and timing is not None else 0.0
+    return min(1.0, cpu_ms / thread_ms) if cpu_ms is not None and thread_ms > 0 else None

@@ -333,6 +333,8 @@ def _advice(
     input_matters = (
         verdict.verdict in ("input-bound", "sync-bound") or fractions["input"] >= MATTERS
     )
+    # The pipeline's stages in the training process (no workers): their CPU measurements.
+    in_process = stages if stages is not None and not stages.workers else None
     if (sidecar is not None and sidecar.grain is not None) or input_per_step > 0:
         workers = recommend_workers(
             worker_inputs(
@@ -342,14 +344,8 @@ def _advice(
                 input_wait_ms=input_per_step / 1e6,
                 sidecar=sidecar,
                 stage_batch_ms=_stage_batch_ms(stages),
-                stage_cpu_share=(
-                    stages.threads_cpu_share if stages is not None and not stages.workers else None
-                ),
-                host_cpu_ms_per_step=(
-                    stages.host_cpu_ms_per_step
-                    if stages is not None and not stages.workers
-                    else None
-                ),
+                stage_cpu_share=in_process.threads_cpu_share if in_process else None,
+                host_cpu_ms_per_step=in_process.host_cpu_ms_per_step if in_process else None,
             ),
             input_limits=input_matters,
             read_floor_ms=(
@@ -629,8 +625,8 @@ def _pipeline_paces(stages: InputStages | None, step_ms: float) -> float | None:
     share = stages.threads_cpu_share
     if share is None or share < WAITING_SHARE:
         return None
-    batch_ms = sum(stages.effective_ms[s] for s in PIPELINE_STAGES if stages.where[s] == "threads")
-    return batch_ms if batch_ms * KNEE_TOLERANCE >= step_ms else None
+    batch_ms = _stage_batch_ms(stages)
+    return batch_ms if batch_ms is not None and batch_ms * KNEE_TOLERANCE >= step_ms else None
 
 
 def _pipeline_cpu_summary(

@@ -382,12 +382,14 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
             return "batch"
         return "preprocessing"
 
-    def own() -> tuple[StageTable, list[list[int]]]:
+    def own() -> tuple[StageTable, list[list[int]], str]:
+        """This thread's table, its stack of calls in progress, and its place (worked out
+        once per thread)."""
         table = getattr(local, "table", None)
         if table is None:
             table = local.table = {}
             local.stack = []
-            place = (
+            local.place = (
                 "workers"
                 if in_worker
                 else "main"
@@ -396,8 +398,8 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
             )
             with lock:
                 tables.append(table)
-                native_ids.setdefault(place, set()).add(_threading.get_native_id())
-        return table, local.stack
+                native_ids.setdefault(local.place, set()).add(_threading.get_native_id())
+        return table, local.stack, local.place
 
     def wrap(cls: type, name: str) -> None:
         orig = cls.__dict__.get(name)
@@ -407,7 +409,7 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
 
         @_functools.wraps(orig)
         def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-            table, stack = own()
+            table, stack, where = own()
             inner = [0]
             stack.append(inner)
             start = clock()
@@ -419,13 +421,6 @@ def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
                 if stack:
                     stack[-1][0] += elapsed
                 if stage is not None:
-                    where = (
-                        "workers"
-                        if in_worker
-                        else "main"
-                        if _threading.current_thread() is main
-                        else "threads"
-                    )
                     cell = table.setdefault(where, {}).setdefault(stage, [0, 0])
                     cell[0] += elapsed - inner[0]
                     cell[1] += 1
