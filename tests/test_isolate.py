@@ -162,21 +162,24 @@ def _run(
     stopped_by_us: bool = True,
     grain: dict[str, Any] | None = None,
     process_cpu_s: float | None = None,
+    cpu_ms: float | None = None,
 ) -> PhaseRun:
     """A phase's run as the child reports it: steps of ``walls_ms``, the window from step
-    ``traced_from`` (``traced`` steps, default all the rest)."""
+    ``traced_from`` (``traced`` steps, default all the rest); ``cpu_ms``: each step's
+    process CPU time, as a phase clocks it."""
     last = len(walls_ms) - 1 if traced is None else traced_from + traced - 1
     start, steps = 0, []
     for i, wall in enumerate([*walls_ms, None]):
-        steps.append(
-            {
-                "index": i,
-                "step_num": None,
-                "start_unix_ns": start,
-                "wall_ms": wall,
-                "traced": traced_from <= i <= last,
-            }
-        )
+        step: dict[str, Any] = {
+            "index": i,
+            "step_num": None,
+            "start_unix_ns": start,
+            "wall_ms": wall,
+            "traced": traced_from <= i <= last,
+        }
+        if cpu_ms is not None:
+            step["cpu_ms"] = cpu_ms if wall is not None else None
+        steps.append(step)
         start += round((wall or 0) * 1e6)
     report: dict[str, Any] = {
         "step_source": "grain",
@@ -324,6 +327,60 @@ def test_a_pipeline_on_read_threads_is_sized_by_their_cpu_share() -> None:
     assert floored.evidence.host_cpu_ms_per_step == pytest.approx(40.0)
     assert floored.workers is not None and floored.workers.expected_step_ms == 20.0
     assert waiting.workers is not None and waiting.workers.expected_step_ms == 9.0
+
+
+def test_waiting_workers_are_sized_against_the_host_cpu_the_step_leaves_them() -> None:
+    # The family's one waiting worker (isolate on 2026-11-27): a batch every 41.7 ms from one
+    # worker that spends 4 ms of CPU on it, against a 7 ms target step whose process took
+    # 14 ms of CPU on the 2 cores (XLA's CPU backend), 15 ms in the real loop. Sized by the
+    # target step alone: ceil(41.7 x 1.25 / 7) = 8 workers (the timed sweep's knee: 4, its
+    # best step 9.1-10.4 ms). With the loop's host CPU, 15 + 4 ms a step on 2 cores, no step
+    # is below 9.5 ms: ceil(41.7 x 1.25 / 9.5) = 6, expected 9.5 ms.
+    worker = {
+        "index": 0,
+        "pid": 1,
+        "wall_s": 1.0,
+        "elements": 24,
+        "produce_s": 1.0,
+        "blocked_s": 0.0,
+        "cpu_s": 0.096,
+        "cpu_wait_s": 0.0,
+        "rss_bytes": None,
+        "timed_elements": True,
+    }
+    measured = {
+        "window_s": 1.0,
+        "batches": 24,
+        "elements": 24,
+        "main_process_cpu_s": 0.03,
+        "workers": [worker],
+    }
+    grain = {"worker_count": 1, "workers_measured": measured}
+
+    def runs(clocked: bool) -> dict[str, PhaseRun]:
+        def cpu(ms: float) -> float | None:
+            return ms if clocked else None
+
+        return {
+            "target": _run("target", [900.0, 7.0, 7.0, 7.0], grain=grain, cpu_ms=cpu(14.0)),
+            "loader": _run("loader", [900.0, 41.7, 41.7, 41.7], grain=grain, cpu_ms=cpu(1.2)),
+            "real": _run("real", [900.0, 43.0, 43.0, 43.0], grain=grain, cpu_ms=cpu(15.0)),
+        }
+
+    result = summarize(runs(clocked=True))
+    target, loader, _real = result.phases
+    assert (target.cpu_ms, loader.cpu_ms) == (14.0, 1.2)
+    assert result.evidence.target_cpu_ms_per_step == 14.0
+    assert result.evidence.host_cpu_ms_per_step == 15.0
+    assert result.evidence.workers_cpu_ms_per_batch == pytest.approx(4.0)
+    assert result.verdict == "input-bound" and result.suggested_workers == 6
+    assert result.workers is not None and result.workers.expected_step_ms == pytest.approx(9.5)
+    assert "the host's CPU work per step (19.00 ms on 2 core(s))" in result.reason
+    # Without the phases' CPU clocks: the target step alone paces the count.
+    unclocked = summarize(runs(clocked=False))
+    assert unclocked.phases[0].cpu_ms is None
+    assert unclocked.suggested_workers == 8
+    assert unclocked.workers is not None and unclocked.workers.expected_step_ms == 7.0
 
 
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------

@@ -65,6 +65,8 @@ def test_written_keys_are_declared(path: Path) -> None:
 NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     # tests/capture/test_absl_flags.py.
     SC.SidecarJSON: {"maxtext"},
+    # Written by isolate's phases only: tests/capture/test_isolate_runs.py.
+    SC.StepJSON: {"cpu_ms"},
 }
 
 

@@ -64,6 +64,7 @@ from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import (
     WAITING_SHARE,
     WorkerInputs,
+    WorkerMeasurement,
     recommend_workers,
     worker_inputs,
 )
@@ -138,6 +139,9 @@ class PhaseTiming:
     #: Every run's figure that competed for this one (the quiet runs, else all), lowest
     #: first: the figure is the first.
     runs_ms: tuple[float, ...] = ()
+    #: The process's CPU time per timed step (ms; its threads together, on XLA's CPU
+    #: backend the device's work included), or None when the phase did not clock it.
+    cpu_ms: float | None = None
 
     @property
     def spread(self) -> float | None:
@@ -182,6 +186,13 @@ class Evidence:
     #: The real phase's process CPU time per step (ms; without workers, the pipeline's
     #: included): over the cores, the fastest step the host's CPU allows.
     host_cpu_ms_per_step: float | None = None
+    #: The workers' CPU time per batch (ms), in the real phase where it measured them, else
+    #: in the loader's (None: no workers measured).
+    workers_cpu_ms_per_batch: float | None = None
+    #: The target phase's process CPU time per step (ms): the step's own host work, on
+    #: XLA's CPU backend the device's work too. With the loader phase's CPU per batch
+    #: (its process and workers), the host's CPU work per step once input keeps up.
+    target_cpu_ms_per_step: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -332,7 +343,8 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
         # Without workers the pipeline ran on the training process's read threads: alone it
         # made a batch every loader_ms, as a worker process running it would; the read
         # threads' CPU share says how many such workers the cores run (the Evidence holds
-        # the share and the CPU floor only then).
+        # the share only then). With workers, their measurement in the loader phase sizes
+        # the count, and the host's CPU work per step with them bounds the pace.
         inputs = worker_inputs(
             "input-bound",
             step_ms=loader_ms,
@@ -346,6 +358,12 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
         inputs = dataclasses.replace(
             inputs, current=evidence.workers, cpus=inputs.cpus or evidence.cores
         )
+        measured = inputs.measured
+        floor_cpu = _host_cpu_with_workers(evidence)
+        if measured is not None and evidence.workers and floor_cpu is not None:
+            inputs = dataclasses.replace(
+                inputs, measured=dataclasses.replace(measured, host_cpu_ms_per_step=floor_cpu)
+            )
     else:
         inputs = WorkerInputs(
             verdict="input-bound",
@@ -361,6 +379,24 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
             maxtext=False,
         )
     return recommend_workers(inputs)
+
+
+def _host_cpu_with_workers(evidence: Evidence) -> float | None:
+    """The host's CPU work per step once the workers keep up (ms): the training process's
+    per step in the real phase (the step's own work, taking batches from the workers, on
+    XLA's CPU backend the device's work too), else the target phase's, plus what the
+    workers spend on a batch (in the real phase, else the loader's). Over the cores it
+    bounds the step, as analyze's CPU floor does. The loader phase's own CPU is not the
+    loop's: the family's one waiting worker took 13.1 ms a target step and 15.1 ms a real
+    step in the training process, 1.2 ms a batch in the loader's; sized by the target step
+    alone (7.0-7.3 ms) isolate said 7-8 workers where the best step the timed sweep found
+    was 9.1-10.4 ms and its knee 4 (the process's 15.1 ms and the workers' 3.4 ms on 2
+    cores: 9.3 ms)."""
+    step = evidence.host_cpu_ms_per_step or evidence.target_cpu_ms_per_step
+    batch = evidence.workers_cpu_ms_per_batch
+    if step is None or batch is None:
+        return None
+    return step + batch
 
 
 def _input_advice(advice: Recommendation | None, evidence: Evidence) -> str:
@@ -633,7 +669,7 @@ def summarize(
         for phase in PHASES
     )
     target, loader, real = (t.mean_ms for t in timings)
-    evidence = _evidence(runs, timings[2], timings[1])
+    evidence = _evidence(runs, timings[2], timings[1], timings[0])
     judged = judge(target, loader, real, tolerance=tolerance, evidence=evidence)
     next_best = None
     if all(len(t.runs_ms) >= 2 for t in timings):
@@ -726,6 +762,8 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
     pace = SC.step_pace(record.steps, lambda s: s.index in timed, min_completed=MIN_TIMED)
     if pace is None:  # not reached: MIN_TIMED walls at least
         raise IsolateError(f"the {run.phase} phase timed no steps")
+    clocked = [s.cpu_ms for s in record.steps if s.index in timed and s.cpu_ms is not None]
+    cpu_ms = sum(clocked) / len(clocked) if len(clocked) >= MIN_TIMED else None
     return PhaseTiming(
         phase=run.phase,
         mean_ms=pace.mean_ms,
@@ -740,11 +778,15 @@ def phase_timing(run: PhaseRun, *, kept_log: bool = True) -> PhaseTiming:
         cpu_count=cpus,
         elapsed_s=run.elapsed_s,
         log_path=run.log_path if kept_log else None,
+        cpu_ms=cpu_ms,
     )
 
 
 def _evidence(
-    runs: Mapping[str, PhaseRun], real: PhaseTiming, loader_timing: PhaseTiming | None = None
+    runs: Mapping[str, PhaseRun],
+    real: PhaseTiming,
+    loader_timing: PhaseTiming | None = None,
+    target_timing: PhaseTiming | None = None,
 ) -> Evidence:
     real_phase = _phase(runs[REAL])
     steps = real.count
@@ -776,12 +818,27 @@ def _evidence(
         threads_cpu_share=(
             _threads_cpu_share(runs[LOADER], loader_timing) if workers == 0 else None
         ),
-        host_cpu_ms_per_step=_cpu_ms_per_step(runs[REAL], real) if workers == 0 else None,
+        host_cpu_ms_per_step=_cpu_ms_per_step(runs[REAL], real),
+        workers_cpu_ms_per_batch=next(
+            (
+                m.cpu_ms_per_batch
+                for r in (records[REAL], loader)
+                if r is not None
+                and r.grain is not None
+                and (m := WorkerMeasurement.from_sidecar(r.grain.measured)) is not None
+            ),
+            None,
+        ),
+        target_cpu_ms_per_step=(
+            _cpu_ms_per_step(runs[TARGET], target_timing) if target_timing is not None else None
+        ),
     )
 
 
 def _cpu_ms_per_step(run: PhaseRun, timing: PhaseTiming) -> float | None:
     """The phase's process CPU time per step timed (ms), or None."""
+    if timing.cpu_ms is not None:
+        return timing.cpu_ms
     cpu_s = _phase(run).get("process_cpu_s")
     if cpu_s is None or timing.count <= 0:
         return None

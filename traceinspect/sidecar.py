@@ -49,7 +49,8 @@ Fields (times in Unix ns):
   ``wall_ms`` (host time to the next step's start, null when that step is not listed),
   ``traced``, ``done_unix_ns`` (when the step's device work
   finished: its last jitted call's output became ready; null when unknown; absent in
-  older sidecars); ``steps_seen``: all steps of that source counted
+  older sidecars), and in a phase of ``isolate`` only ``cpu_ms`` (the process's CPU time
+  to the next step's start, its threads together); ``steps_seen``: all steps of that source counted
 - ``early_trace``: the trace taken from step 2 until the run was first steady (kept as the
   run's trace only when the script ended before the window opened; the window's rule is then
   ``early``): ``state``, ``first_step``, ``last_step``, ``costs_ms`` (``start``, ``stop``)
@@ -128,7 +129,12 @@ class WindowJSON(TypedDict):
     trace_stop_unix_ns: int | None
 
 
-class StepJSON(TypedDict):
+class _StepCpuJSON(TypedDict, total=False):
+    #: In a phase of isolate: the process's CPU time to the next step's start (ms).
+    cpu_ms: float | None
+
+
+class StepJSON(_StepCpuJSON):
     index: int
     step_num: int | None
     start_unix_ns: int
@@ -380,6 +386,8 @@ class HostStep:
     traced: bool
     #: When its device work finished (Unix ns), None when unknown.
     done_unix_ns: int | None = None
+    #: The process's CPU time to the next step's start (ms; a phase of isolate), or None.
+    cpu_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -742,6 +750,7 @@ def _read_step(value: object) -> HostStep | None:
         wall_ms=_get_float(s, "wall_ms"),
         traced=s.get("traced") is True,
         done_unix_ns=_get_int(s, "done_unix_ns"),
+        cpu_ms=_get_float(s, "cpu_ms"),
     )
 
 

@@ -4,6 +4,7 @@ whose input costs nothing, and a phase bounded by its time limit."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,15 @@ def test_a_loop_whose_input_costs_nothing_is_device_bound(tmp_path: Path) -> Non
     assert loader.how == "partial" and loader.count >= 100, loader
     assert loader.note is not None
     assert loader.note.startswith("the iterator ran out after 364 batches before a full window")
+    # Each phase clocks the process's CPU over the steps it timed, whole window or not,
+    # within what the cores give in that time; the 2 workers' CPU per batch is measured.
+    cores = os.cpu_count() or 1
+    for timing in (target, loader, real):
+        assert timing.cpu_ms is not None, timing
+        assert 0 < timing.cpu_ms <= timing.mean_ms * cores * 1.1, timing
+    assert result.evidence.target_cpu_ms_per_step == target.cpu_ms
+    assert result.evidence.host_cpu_ms_per_step == real.cpu_ms
+    assert result.evidence.workers_cpu_ms_per_batch is not None
 
 
 def test_a_stuck_phase_is_stopped_at_its_time_limit_and_uses_what_it_has(

@@ -10,7 +10,10 @@ drained end, as ``MEASUREMENTS.md``). The advice holds when the measured step li
 of the step it expected. Advice that no argument applies (a stage to make cheaper) is
 recorded as such. With ``--sweep 1,2,3,4``, the worker counts are timed too (the knee: the
 smallest count within 10% of the best), and each worker count the captures advised is set
-against it ([knee, knee + 2] agrees). Run from the repository root, on a quiet machine::
+against it ([knee, knee + 2] agrees). ``--isolate N`` runs ``traceinspect isolate`` N times on
+each configuration and times the worker count it gives as the captures' is timed;
+``--tool-sweep 0,1,2,3`` runs ``traceinspect sweep`` over those counts once: the three
+commands' counts side by side. Run from the repository root, on a quiet machine::
 
     python sample_traces/scenarios/family/apply_advice.py --out \\
         sample_traces/scenarios/family/apply_advice-3.11.json
@@ -22,10 +25,13 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from family_runs import WARMUP, capture_and_analyze, truth_ms
+from family_runs import SCRIPT, WARMUP, capture_and_analyze, truth_ms
 
 STEPS = 300
 WITHIN = 0.20
@@ -83,6 +89,8 @@ def main() -> None:
     parser.add_argument("--sweep", default="", help="worker counts to time, e.g. 1,2,3,4")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--keep", type=Path, help="keep each capture in KEEP/NAME-N")
+    parser.add_argument("--isolate", type=int, default=0, help="traceinspect isolate runs")
+    parser.add_argument("--tool-sweep", default="", help="traceinspect sweep's worker counts")
     parser.add_argument("names", nargs="*", default=list(CONFIGS))
     args = parser.parse_args()
     timed: dict[str, list[float]] = {}
@@ -135,6 +143,64 @@ def main() -> None:
             print(f"{name} {i + 1}/{args.repeats}: {json.dumps(got)}", flush=True)
         record["configs"][name] = entry
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        for i in range(args.isolate):
+            iso = run_tool("isolate", [], cli, args.keep, f"{name}-isolate-{i + 1}")
+            count = iso.get("suggested_workers")
+            expected = (iso.get("workers") or {}).get("expected_step_ms")
+            got = {
+                "load_1min": round(os.getloadavg()[0], 2),
+                "verdict": iso.get("verdict"),
+                "value": count,
+                "expected_step_ms": expected,
+                "figures_ms": [iso.get(k) for k in ISOLATE_FIGURES],
+            }
+            if count is not None and expected:
+                got["applied_step_ms"] = best(_set(cli, "--workers", str(count)))
+                got["off_by"] = round(got["applied_step_ms"] / expected - 1, 3)
+                got["holds"] = abs(got["off_by"]) <= WITHIN
+            if "knee" in entry and count is not None:
+                got["count_agrees"] = entry["knee"] <= count <= entry["knee"] + 2
+            entry.setdefault("isolate", []).append(got)
+            print(f"{name} isolate {i + 1}/{args.isolate}: {json.dumps(got)}", flush=True)
+            args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        if args.tool_sweep and "--workers" in cli:
+            flags = ["--worker-counts", args.tool_sweep]
+            swept = run_tool("sweep", flags, _set(cli, "--workers", "{workers}"), args.keep, name)
+            got = {
+                "chosen": swept.get("chosen"),
+                "runs": [
+                    {
+                        k: r.get(k)
+                        for k in ("workers", "median_step_ms", "mean_step_ms", "spread", "verdict")
+                    }
+                    for r in swept.get("runs") or []
+                ],
+            }
+            if "knee" in entry and isinstance(got["chosen"], int):
+                got["count_agrees"] = entry["knee"] <= got["chosen"] <= entry["knee"] + 2
+            entry["sweep"] = got
+            print(f"{name} sweep: {json.dumps(got)}", flush=True)
+            args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+ISOLATE_FIGURES = ("target_step_ms", "loader_batch_ms", "real_step_ms")
+
+
+def run_tool(
+    tool: str, flags: list[str], cli: list[str], keep: Path | None, name: str
+) -> dict[str, Any]:
+    """``traceinspect isolate|sweep --json`` on the loop (its logs in KEEP/TOOL-NAME when
+    kept); ``{"verdict": "error: ..."}`` when it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        logdir = keep / f"{tool}-{name}" if keep is not None else Path(tmp) / "logs"
+        command = [sys.executable, "-m", "traceinspect", tool, "--json", *flags]
+        command += ["--logdir", str(logdir), "--", sys.executable, str(SCRIPT), *cli]
+        command += ["--steps", str(STEPS)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"verdict": f"error: {done.stderr.strip()[-300:]}"}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def _versions() -> dict[str, str]:

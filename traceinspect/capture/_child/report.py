@@ -27,6 +27,7 @@ def build_report(cap: _State) -> ChildReportJSON:
     done = cap.completions.done_ns
     if chosen is not None and chosen.kind != SOURCE_TIME:
         starts, indices = chosen.starts_ns, chosen.indices
+        cpu = chosen.cpu_ns if len(chosen.cpu_ns) == len(starts) else None
         for k, (i, start) in enumerate(zip(indices, starts, strict=True)):
             # A step's wall time needs the next step's start (kept unless past the caps).
             following = k + 1 < len(indices) and indices[k + 1] == i + 1
@@ -37,16 +38,17 @@ def build_report(cap: _State) -> ChildReportJSON:
                 and cap.window_first <= i <= last
                 and cap.trace_start_ns is not None
             )
-            steps.append(
-                {
-                    "index": i,
-                    "step_num": chosen.step_nums[k],
-                    "start_unix_ns": start,
-                    "wall_ms": wall_ms,
-                    "traced": traced,
-                    "done_unix_ns": done.get(i),
-                }
-            )
+            step: StepJSON = {
+                "index": i,
+                "step_num": chosen.step_nums[k],
+                "start_unix_ns": start,
+                "wall_ms": wall_ms,
+                "traced": traced,
+                "done_unix_ns": done.get(i),
+            }
+            if cpu is not None:
+                step["cpu_ms"] = (cpu[k + 1] - cpu[k]) / 1e6 if following else None
+            steps.append(step)
     report: ChildReportJSON = {
         "step_source": chosen.kind if chosen is not None else None,
         "step_source_detail": chosen.detail if chosen is not None else None,

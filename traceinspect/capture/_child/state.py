@@ -60,6 +60,8 @@ class _Source:
     indices: list[int] = dataclasses.field(default_factory=list)
     starts_ns: list[int] = dataclasses.field(default_factory=list)
     step_nums: list[int | None] = dataclasses.field(default_factory=list)
+    #: In a phase of isolate: the process's CPU clock (ns) at each kept step's start.
+    cpu_ns: list[int] = dataclasses.field(default_factory=list)
     count: int = 0
     #: The last step's start, and the wall time of the step before it (kept or not).
     latest_ns: int | None = None
@@ -94,8 +96,11 @@ class _Source:
             self.last_wall_ns = start_ns - self.latest_ns
         self.latest_ns = start_ns
 
-    def keep(self, index: int, start_ns: int, step_num: int | None) -> None:
-        """Keep step ``index`` (once; within the caps)."""
+    def keep(
+        self, index: int, start_ns: int, step_num: int | None, cpu_ns: int | None = None
+    ) -> None:
+        """Keep step ``index`` (once; within the caps), with the process's CPU clock at
+        its start where given (a phase of isolate keeps it for every step or none)."""
         if self.indices and self.indices[-1] >= index:
             return
         if len(self.indices) >= _MAX_STEPS_KEPT + _MAX_WINDOW_STEPS_KEPT:
@@ -103,6 +108,8 @@ class _Source:
         self.indices.append(index)
         self.starts_ns.append(start_ns)
         self.step_nums.append(step_num)
+        if cpu_ns is not None:
+            self.cpu_ns.append(cpu_ns)
 
 
 class _State:

@@ -54,6 +54,12 @@ class _Capture(_EarlyTrace):
         finally:
             self.write_status()
 
+    def _cpu_now(self) -> int | None:
+        """In a phase of isolate, the process's CPU clock (its threads together; a few
+        microseconds a step): isolate's phases then know the CPU time of the steps they
+        time, whether or not a full window opened. None in a capture."""
+        return time.process_time_ns() if self.timing is not None else None
+
     def _on_step(self, kind: str, key: str, detail: str, step_num: int | None) -> None:
         if self.forced not in ("auto", kind):
             return
@@ -74,7 +80,7 @@ class _Capture(_EarlyTrace):
             if index < _MAX_STEPS_KEPT or (src is self.chosen and self.phase == _TRACING):
                 # Kept after the window too: the whole run's step times show whether the
                 # traced window is representative.
-                src.keep(index, now, step_num)
+                src.keep(index, now, step_num, self._cpu_now())
             if self.phase == _DONE and self._time_window_taken():
                 self._set_time_window_aside(now)
             elif self.phase == _TRACING and self._in_time_window():
@@ -139,7 +145,7 @@ class _Capture(_EarlyTrace):
                 if self._start_trace():
                     self.window_first = index
                     # Past the cap, the window's steps are kept from its first on.
-                    src.keep(index, now, step_num)
+                    src.keep(index, now, step_num, self._cpu_now())
                     self._enter_step_annotation(index, step_num)
             elif self.phase == _TRACING and self.window_first is not None:
                 traced = index - self.window_first
