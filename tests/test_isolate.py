@@ -108,6 +108,18 @@ def test_a_slower_real_step_without_a_waiting_read_is_host_bound() -> None:
     assert "less than 20% of the target step" in judged.rule
 
 
+def test_a_slower_real_step_waiting_nowhere_is_the_pipelines_competition_for_the_cores() -> None:
+    # The family's 16 read threads (io_w0_t16, 2026-11-27): target 7.13, loader 8.35, real
+    # 8.97 ms, 0.1 ms a step in next(), no read: the read threads' work competes with XLA's
+    # CPU backend; moved into 1-6 workers the loop ran 9.8-12.2 ms against 8.8.
+    evidence = _evidence(host_read_ms=0.0, host_reads_per_step=0.0, input_wait_ms=0.1)
+    judged = judge(7.13, 8.35, 8.97, evidence=evidence)
+    assert judged.verdict == "host-bound"
+    assert "nor in Grain next() (0.10 ms per step)" in judged.reason
+    assert "Worker processes would not help" in judged.reason
+    assert "Move input work off the training thread" not in judged.reason
+
+
 def test_without_evidence_the_guide_rule_alone_decides() -> None:
     assert judge(12.0, 5.0, 17.0).verdict == "sync-bound"
 
