@@ -190,8 +190,8 @@ class Evidence:
     #: in the loader's (None: no workers measured).
     workers_cpu_ms_per_batch: float | None = None
     #: The target phase's process CPU time per step (ms): the step's own host work, on
-    #: XLA's CPU backend the device's work too. With the loader phase's CPU per batch
-    #: (its process and workers), the host's CPU work per step once input keeps up.
+    #: XLA's CPU backend the device's work too (stands in for the real phase's when that
+    #: is not known).
     target_cpu_ms_per_step: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -401,12 +401,10 @@ def _host_cpu_with_workers(evidence: Evidence) -> float | None:
     per step in the real phase (the step's own work, taking batches from the workers, on
     XLA's CPU backend the device's work too), else the target phase's, plus what the
     workers spend on a batch (in the real phase, else the loader's). Over the cores it
-    bounds the step, as analyze's CPU floor does. The loader phase's own CPU is not the
-    loop's: the family's one waiting worker took 13.1 ms a target step and 15.1 ms a real
-    step in the training process, 1.2 ms a batch in the loader's; sized by the target step
-    alone (7.0-7.3 ms) isolate said 7-8 workers where the best step the timed sweep found
-    was 9.1-10.4 ms and its knee 4 (the process's 15.1 ms and the workers' 3.4 ms on 2
-    cores: 9.3 ms)."""
+    bounds the step, as analyze's CPU floor does. The family's one waiting worker: a target
+    step of 7.0-7.8 ms took 13-14 ms of CPU, a real step 15-17 ms, the worker 3-4 ms a
+    batch; sized by the target step alone isolate said 7-8 workers where the timed sweep's
+    best step was 9.1-10.6 ms and its knee 4; with the floor (9.0-10.8 ms), 5-6."""
     step = evidence.host_cpu_ms_per_step or evidence.target_cpu_ms_per_step
     batch = evidence.workers_cpu_ms_per_batch
     if step is None or batch is None:
