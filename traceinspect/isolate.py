@@ -404,7 +404,8 @@ def _host_cpu_with_workers(evidence: Evidence) -> float | None:
     bounds the step, as analyze's CPU floor does. The family's one waiting worker: a target
     step of 7.0-7.8 ms took 13-14 ms of CPU, a real step 15-17 ms, the worker 3-4 ms a
     batch; sized by the target step alone isolate said 7-8 workers where the timed sweep's
-    best step was 9.1-10.6 ms and its knee 4; with the floor (9.0-10.8 ms), 5-6."""
+    best step was 9.1-10.6 ms and its knee 4; with the floor (8.0-10.8 ms), 6 in 7 of 9
+    runs on three such loops, 7 in two."""
     step = evidence.host_cpu_ms_per_step or evidence.target_cpu_ms_per_step
     batch = evidence.workers_cpu_ms_per_batch
     if step is None or batch is None:
