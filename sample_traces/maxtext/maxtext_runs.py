@@ -32,14 +32,20 @@ import json
 import os
 import random
 import re
+import resource
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Every plain run of this process: its workers, steady step (ms), wall time, the cores its
+# process tree kept busy (startup included) and the machine's load then, for a failing test's
+# message: whether the machine, not the worker count, moved a figure.
+RUNS: list[dict[str, Any]] = []
 # Steps left out of a run's mean: compilation and the fill of Grain's buffers.
 WARMUP = 10
 # MaxText's own step log: "completed step: 12, seconds: 0.482, ...".
@@ -189,7 +195,10 @@ def steady_ms(seconds: dict[int, float]) -> float:
 def run_plain(
     config: Config, data: Path, workers: int, steps: int, out_dir: Path, timeout: float = 600
 ) -> float:
-    """One run without any profiler: its steady mean step time (ms)."""
+    """One run without any profiler: its steady mean step time (ms). Each run's figures,
+    and the CPU its process tree used (startup included), go to :data:`RUNS` too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     done = subprocess.run(
         train_command(config, data, workers, steps, out_dir),
         env=train_env(),
@@ -201,7 +210,20 @@ def run_plain(
     output = done.stdout + done.stderr
     if done.returncode != 0:
         raise RuntimeError(f"MaxText exited {done.returncode}: {output[-2000:]}")
-    return steady_ms(step_seconds(output))
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    ms = steady_ms(step_seconds(output))
+    RUNS.append(
+        {
+            "workers": workers,
+            "step_ms": round(ms, 1),
+            "wall_s": round(wall, 1),
+            "cores_busy": round(cpu / wall, 2),
+            "load": os.getloadavg()[0],
+        }
+    )
+    return ms
 
 
 def measure(
@@ -333,8 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.what == "measure":
         runs = measure(config, data, counts, args.steps, args.repeats, args.out)
         best = {w: min(ms) for w, ms in runs.items()}
+        median = {w: statistics.median(ms) for w, ms in runs.items()}
         print(json.dumps({"config": config.name, "runs_ms": runs, "best_ms": best,
-                          "knee": knee(best)}))  # fmt: skip
+                          "median_ms": median, "knee": knee(best),
+                          "knee_by_median": knee(median)}))  # fmt: skip
     elif args.what == "capture":
         done = capture(config, data, counts[0], args.steps, args.out)
         print(done.stderr[-3000:])

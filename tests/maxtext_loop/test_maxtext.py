@@ -11,9 +11,9 @@ out by name. The runs and configurations: ``sample_traces/maxtext/maxtext_runs.p
   execution spans, and no advice MaxText already follows (its metric logger reads the
   previous step's metrics); at 4 workers the advice is fewer, whose measured step is within
   15% of the best.
-- ``heavy``: input-bound at 1 worker (sentencepiece on 300,000-word records): a default
-  capture says so, and recommends a count whose measured step is within 15% of the best and
-  at most the knee + 2.
+- ``heavy``: input-bound at 1 worker (sentencepiece on 500,000-word records): a default
+  capture says so, and recommends a count whose measured step (the median of 3 runs) is
+  within 15% of the best count's and at most the knee + 2.
 - MaxText's own profile (``profiler=xplane``, its defaults: skip 1 step, profile 5) gives a
   verdict, or a refusal that names what to set.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,28 +134,33 @@ def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
 ) -> None:
     config = runs.CONFIGS["heavy"]
     data = runs.data_file(config, data_dir)
-    # 1 worker once: the premise holds by 50-60% (511-569 against 305-356 ms on these days).
-    # 2 and 4 workers, equal in expectation (the 2 cores are the limit), best of 3,
-    # interleaved: a run on this shared machine is only ever slowed by others, single runs
-    # of one count span up to 25% (2 workers: 313.9, 327.6, 390.5 ms), and best of 2 put 2
-    # workers 19% over 4 in one CI run (343.6 against 289.1 ms) and 23% in a local one (436.6
-    # against 355.5, 2026-11-25) where the next measurement had them within 1% (313.9 and
-    # 316.8: `maxtext_runs.py measure --config heavy --workers 2,4 --steps 40 --repeats 3`).
+    # 1 worker once: the premise holds by 35-60% (385-569 against 255-356 ms on these days).
+    # 2 and 4 workers, equal in expectation (the 2 cores are the limit: from 2 workers on, the
+    # process tree keeps 1.96-1.98 cores busy), 3 runs each, interleaved, compared by their
+    # median. Not by the best of each: this shared machine's speed varies between runs, not
+    # only its load, and the best of a few runs favours the count with the wider spread. On
+    # 2026-11-27 single runs at 4 workers spanned 232-281 ms and at 2 workers 255-267, so the
+    # best put 4 workers 10% ahead while the medians (272, 264) put 2 ahead by 3%; in CI the
+    # best of 3 put 4 workers 18% ahead (251.7 against 297.7 ms) and the best of 2, once, 19%.
+    # (`python sample_traces/maxtext/maxtext_runs.py measure --config heavy --workers 2,4
+    # --steps 40 --repeats 3` prints both.)
     plain = tmp_path / "plain"
-    timed = runs.measure(config, data, (1, 2, 4), PLAIN_STEPS, 1, plain)
-    for workers, ms in runs.measure(config, data, (2, 4), PLAIN_STEPS, 2, plain).items():
-        timed[workers] += ms
-    truth = {w: min(ms) for w, ms in timed.items()}
+    timed = runs.measure(config, data, (1,), PLAIN_STEPS, 1, plain)
+    timed.update(runs.measure(config, data, (2, 4), PLAIN_STEPS, 3, plain))
+    truth = {w: statistics.median(ms) for w, ms in timed.items()}
     knee = runs.knee(truth)
     # The premise: one worker holds the step back.
-    assert truth[1] > min(truth.values()) * (1 + WITHIN), truth
+    assert truth[1] > min(truth.values()) * (1 + WITHIN), timed
 
     a = _capture(runs, "heavy", 1, data, tmp_path / "w1")
     assert a.verdict == "input-bound", (a.summary, a.notes)
     rec = _workers(a)
-    assert rec.value is not None and rec.value <= knee + 2, (rec, truth)
-    step = _step_at(runs, "heavy", data, plain, truth, rec.value)
-    assert step <= min(truth.values()) * (1 + WITHIN), (rec.value, truth)
+    seen = (rec.value, rec.reason, timed, os.cpu_count(), runs.RUNS)
+    assert rec.value is not None and rec.value <= knee + 2, seen
+    if rec.value not in timed:
+        timed.update(runs.measure(config, data, (rec.value,), PLAIN_STEPS, 3, plain))
+    step = statistics.median(timed[rec.value])
+    assert step <= min(truth.values()) * (1 + WITHIN), seen
 
 
 def test_maxtexts_own_profile_gets_a_verdict_or_says_what_to_set(
