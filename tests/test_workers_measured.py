@@ -151,6 +151,31 @@ def test_elements_per_batch_come_from_the_parent_batches() -> None:
     assert m.batch_ms == 40.0  # 5 ms per record x 8 records
 
 
+def test_workers_that_read_ahead_while_blocked_do_not_halve_the_cost() -> None:
+    # isolate's loader phase on two waiting workers (the family's io records), as the probe
+    # counted them: worker 0 busy all the window at 43.5 ms an element; worker 1 made as many
+    # on its read-ahead thread while its main thread waited in the put (blocked 97.6%). Grain
+    # takes one element from each in turn, so both deliver at worker 0's pace.
+    side = _sidecar(2, produce_s=1.0, cpu_s=0.16, elements=46, batches=46)
+    w0, w1 = side["grain"]["workers_measured"]["workers"]
+    w0.update(wall_s=1.0018, elements=23, produce_s=1.0008, blocked_s=0.001, cpu_s=0.0807)
+    w1.update(wall_s=1.0001, elements=23, produce_s=0.0244, blocked_s=0.9757, cpu_s=0.0808)
+    m = WorkerMeasurement.from_sidecar(_measured(side))
+    assert m is not None and m.workers == 2
+    assert m.batch_ms == pytest.approx(1.0008 / 23 * 1000)  # not (1.0008 + 0.0244) / 46
+    assert m.busy_share == pytest.approx(1.0008 / 1.0018)
+    assert m.cpu_share == pytest.approx(0.0807 / 1.0008)
+    # Every worker's CPU, over every element.
+    assert m.cpu_ms_per_batch == pytest.approx((0.0807 + 0.0808) / 46 * 1000)
+    # Input-bound at a 21 ms step against a 9 ms device: 2 workers do not keep up.
+    rec = _rec("input-bound", 9.0, 21.0, side)
+    assert rec.value == 7, rec.reason  # ceil(43.5 * 1.25 / 9); before: 2, "already deliver"
+    # Workers all mostly blocked (a device-bound run) keep the mean over every worker.
+    w0.update(produce_s=0.2, blocked_s=0.8)
+    m = WorkerMeasurement.from_sidecar(_measured(side))
+    assert m is not None and m.batch_ms == pytest.approx((0.2 + 0.0244) / 46 * 1000)
+
+
 def test_no_measurement_without_timed_workers() -> None:
     side = _sidecar(1, produce_s=0.9, cpu_s=0.09)
     for w in side["grain"]["workers_measured"]["workers"]:

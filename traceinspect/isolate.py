@@ -816,8 +816,12 @@ def _evidence(
     measured = loader.grain.measured if loader and loader.grain else None
     share = None
     if measured is not None:
+        # As analyze reads it (the workers that set the pace), else over every worker.
+        paced = WorkerMeasurement.from_sidecar(measured)
         produce = sum(w.produce_s for w in measured.workers)
-        if produce > 0:
+        if paced is not None:
+            share = paced.cpu_share
+        elif produce > 0:
             share = min(1.0, sum(w.cpu_s for w in measured.workers) / produce)
     # A capture that saw Grain but no mp_prefetch: the pipeline runs in the process.
     workers = None if grain is None else grain.worker_count or 0

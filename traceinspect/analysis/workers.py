@@ -111,15 +111,29 @@ class WorkerMeasurement:
             return None
         workers = [w for w in measured.workers if w.timed_elements]
         elements = sum(w.elements for w in workers)
-        produce = sum(w.produce_s for w in workers)
-        wall = sum(w.wall_s for w in workers)
-        if not workers or elements <= 0 or produce <= 0 or wall <= 0:
+        if not workers or elements <= 0:
+            return None
+        # Grain takes the workers' outputs in turn (mp_prefetch interleaves them, one from
+        # each), so they all deliver at one pace. Where some were busy and others mostly
+        # blocked on a full buffer, the blocked ones made their elements on read-ahead
+        # threads while their main thread waited in the put, which the probe counts as
+        # blocked (the family's two waiting workers, drained by isolate's loader phase: one
+        # busy 100% at 43.5 ms an element, the other 2% at 1.1 ms, for 23 elements each). The
+        # busy ones set the pace: a batch's cost, and their shares, are theirs. The workers'
+        # CPU per batch and their memory count every worker.
+        busy = [w for w in workers if w.produce_s >= IDLE_WORKERS * w.wall_s and w.elements]
+        paced = busy if busy and len(busy) < len(workers) else workers
+        paced_elements = sum(w.elements for w in paced)
+        produce = sum(w.produce_s for w in paced)
+        wall = sum(w.wall_s for w in paced)
+        if paced_elements <= 0 or produce <= 0 or wall <= 0:
             return None
         batches = measured.batches
         per_batch = elements / batches if batches > 0 else 1.0
         rss = [w.rss_bytes for w in workers if w.rss_bytes]
         workers_cpu = sum(w.cpu_s for w in workers)
-        cpu_wait = sum(w.cpu_wait_s or 0.0 for w in workers)
+        paced_cpu = sum(w.cpu_s for w in paced)
+        cpu_wait = sum(w.cpu_wait_s or 0.0 for w in paced)
         main_cpu = measured.main_process_cpu_s
         host_cpu = (
             (main_cpu + workers_cpu) / batches * 1000.0
@@ -128,14 +142,14 @@ class WorkerMeasurement:
         )
         return cls(
             workers=len(workers),
-            batch_ms=produce / elements * per_batch * 1000.0,
-            cpu_share=min(1.0, workers_cpu / produce),
+            batch_ms=produce / paced_elements * per_batch * 1000.0,
+            cpu_share=min(1.0, paced_cpu / produce),
             busy_share=min(1.0, produce / wall),
             rss_bytes=max(rss) if rss else None,
             host_cpu_ms_per_step=host_cpu,
             # Summed over a worker's threads the wait can exceed what is left of its
             # producing time: at most the rest.
-            cpu_wait_share=max(0.0, min(1.0 - workers_cpu / produce, cpu_wait / produce)),
+            cpu_wait_share=max(0.0, min(1.0 - paced_cpu / produce, cpu_wait / produce)),
             cpu_ms_per_batch=workers_cpu / elements * per_batch * 1000.0,
         )
 
