@@ -814,14 +814,18 @@ def _evidence(
     host = next((r.host for r in records.values() if r and r.host), None)
     loader = records[LOADER]
     measured = loader.grain.measured if loader and loader.grain else None
+    # Each phase's workers as analyze reads them (the workers that set the pace).
+    real_workers, loader_workers = (
+        WorkerMeasurement.from_sidecar(r.grain.measured) if r and r.grain else None
+        for r in (records[REAL], loader)
+    )
     share = None
-    if measured is not None:
-        # As analyze reads it (the workers that set the pace), else over every worker.
-        paced = WorkerMeasurement.from_sidecar(measured)
+    if loader_workers is not None:
+        share = loader_workers.cpu_share
+    elif measured is not None:
+        # No timed worker: over every worker.
         produce = sum(w.produce_s for w in measured.workers)
-        if paced is not None:
-            share = paced.cpu_share
-        elif produce > 0:
+        if produce > 0:
             share = min(1.0, sum(w.cpu_s for w in measured.workers) / produce)
     # A capture that saw Grain but no mp_prefetch: the pipeline runs in the process.
     workers = None if grain is None else grain.worker_count or 0
@@ -838,13 +842,7 @@ def _evidence(
         ),
         host_cpu_ms_per_step=_cpu_ms_per_step(runs[REAL], real),
         workers_cpu_ms_per_batch=next(
-            (
-                m.cpu_ms_per_batch
-                for r in (records[REAL], loader)
-                if r is not None
-                and r.grain is not None
-                and (m := WorkerMeasurement.from_sidecar(r.grain.measured)) is not None
-            ),
+            (m.cpu_ms_per_batch for m in (real_workers, loader_workers) if m is not None),
             None,
         ),
         target_cpu_ms_per_step=(
