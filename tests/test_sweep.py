@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -31,8 +32,11 @@ from traceinspect.sweep import (
     NO_TRACE,
     OK,
     TIMEOUT,
+    TYPICAL,
     UNANALYSABLE,
+    UNTRACED,
     SweepProgress,
+    SweepResult,
     SweepRun,
     _runner,
     check_worker_counts,
@@ -110,6 +114,49 @@ def test_smallest_count_within_five_percent_of_the_best() -> None:
 def test_choice_on_exact_numbers(medians: dict[int, float], chosen: int, best: int) -> None:
     result = summarize_sweep([ok(w, m) for w, m in medians.items()])
     assert (result.chosen, result.best) == (chosen, best)
+
+
+def test_by_untraced_steps_where_the_profiler_flattens_the_curve() -> None:
+    # Shaped after a family loop that reads its loss every step (io_read_w1, 2026-11-27):
+    # traced, 3 to 6 workers ran 12-13.4 ms (3 within 5% of the best, one below the knee of
+    # 4 that the timed sweep found); without the profiler 14.6, 10.1, 10.6, 10.4 ms.
+    traced = {3: 12.5, 4: 13.40, 5: 12.04, 6: 13.26}
+    untraced = {3: 14.6, 4: 10.1, 5: 10.6, 6: 10.4}
+    runs = [replace(ok(w, traced[w]), untraced_ms=untraced[w], untraced_steps=80) for w in traced]
+    by_trace = summarize_sweep(runs)
+    assert (by_trace.chosen, by_trace.best) == (3, 5)
+    result = summarize_sweep(runs, metric=UNTRACED)
+    assert (result.metric, result.metric_note) == (UNTRACED, None)
+    assert (result.chosen, result.best) == (4, 4)
+    assert result.best_step_ms == 10.1
+    assert result.vs_best(result.run(3)) == pytest.approx(14.6 / 10.1)
+    lines = render_sweep(result).splitlines()
+    assert lines[0].split()[:4] == ["workers", "untraced", "ms", "median"]
+    row4 = next(line for line in lines if line.split()[:2] == ["*", "4"])
+    assert row4.split()[2:4] == ["10.10", "13.40"]
+    assert (
+        "* 4 workers: the best untraced step time (10.10 ms), and no smaller count is "
+        "within 5% of it." in lines
+    )
+    assert SweepResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    ax = plot_sweep(result)
+    lines_by_gid = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    assert list(lines_by_gid["step_time"].get_ydata()) == [14.6, 10.1, 10.6, 10.4]
+    assert list(lines_by_gid["traced_step_time"].get_ydata()) == [12.5, 13.40, 12.04, 13.26]
+
+
+def test_untraced_falls_back_to_the_traced_step_for_every_run_when_one_lacks_it() -> None:
+    runs = [
+        replace(ok(1, 20.0), untraced_ms=18.0, untraced_steps=40),
+        ok(2, 10.0),  # its script ended before any step after the trace
+    ]
+    result = summarize_sweep(runs, metric=UNTRACED)
+    assert result.metric == TYPICAL
+    assert result.chosen == 2
+    assert result.metric_note is not None
+    assert result.metric_note.startswith("the run(s) at 2 worker(s) timed no steps after")
+    assert f"Compared by traced step time: {result.metric_note}." in render_sweep(result)
+    assert SweepResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_tolerance_zero_takes_the_best() -> None:
@@ -448,7 +495,7 @@ def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     logdir = tmp_path / "sweep"
     args = [
         "sweep", "--worker-counts", "0,1", "--logdir", str(logdir), "--skip-steps", "2",
-        "--steps", "5", "--timeout", "120", "--by", "mean", "--",
+        "--steps", "5", "--timeout", "120", "--",
         sys.executable, str(TRAIN), "--steps", "40", "--delay-ms", "1", "--workers", "{workers}",
     ]  # fmt: skip
     result = CliRunner().invoke(main, args)
@@ -467,7 +514,11 @@ def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     assert [r["workers"] for r in data["runs"]] == [0, 1]
     assert [r["status"] for r in data["runs"]] == [OK, OK]
     assert data["chosen"] in (0, 1)
-    assert data["metric"] == "mean"
+    # The script's 40 steps end before it could be timed untraced after its window (the
+    # default): every count is compared by the traced step, and the output says why.
+    assert data["metric"] == "typical"
+    assert data["metric_note"].startswith("the run(s) at 0, 1 worker(s) timed no steps")
+    assert "Compared by traced step time: the run(s) at 0, 1 worker(s)" in result.stdout
     assert data["runs"][1]["observed_workers"] == 1  # the placeholder reached Grain
     assert all(r["median_step_ms"] > 0 and r["mean_step_ms"] > 0 for r in data["runs"])
     assert all(r["steps"] >= 2 for r in data["runs"])
@@ -478,6 +529,51 @@ def test_real_sweep_through_the_cli(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].split()[:2] == ["workers", "median"]
     assert sum(line.startswith("*") for line in lines) == 2  # the row and the sentence
+
+
+@pytest.mark.slow
+def test_by_default_each_run_goes_on_untraced_after_its_window(tmp_path: Path) -> None:
+    from traceinspect.sidecar import FILE_NAME, parse
+
+    result = run_sweep(
+        [
+            sys.executable,
+            str(TRAIN),
+            "--steps",
+            "5000",
+            "--delay-ms",
+            "2",
+            "--workers",
+            "{workers}",
+        ],
+        [0],
+        CaptureOptions(logdir=str(tmp_path), skip_steps=3, steps=8, stop_after=True),
+        timeout_s=120,
+    )
+    assert result.metric == UNTRACED and result.metric_note is None
+    run = result.run(0)
+    assert run.ok and result.chosen == 0
+    assert run.run_dir is not None
+    record = parse(json.loads((Path(run.run_dir) / FILE_NAME).read_text(encoding="utf-8")))
+    assert record is not None and record.window is not None
+    window = record.window
+    assert (window.first_step, window.last_step) == (3, 10)
+    # Steady again after the window (step 11 holds the trace's write; then 3 blocks of at
+    # least 8 steps and 0.5 s), then as many steps as the window traced (8; an explicit
+    # --steps asks no minimum time), then stopped: the script's 5,000 steps were not run.
+    assert window.untraced_after is not None and window.untraced_complete
+    first, last = window.untraced_after
+    assert first >= 12 + 3 * 8 and last == first + 7
+    assert (record.steps[first].start_unix_ns or 0) - (record.steps[12].start_unix_ns or 0) >= 1.5e9
+    timed = [s for s in record.steps if first <= s.index <= last]
+    assert len(timed) == 8 and not any(s.traced for s in timed)
+    assert all(s.wall_ms is not None and s.wall_ms >= 2.0 for s in timed)
+    assert record.data["stopped_by_traceinspect"] is True
+    assert record.data["steps_seen"] == last + 2
+    pace = record.untraced_pace()
+    assert pace is not None and pace.count == 8
+    assert run.untraced_ms == pytest.approx(pace.mean_ms, abs=1e-3)
+    assert run.untraced_steps == 8
 
 
 @pytest.mark.slow

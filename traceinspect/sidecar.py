@@ -42,7 +42,9 @@ Fields (times in Unix ns):
 - ``window``: ``skip_steps`` (null: the steady-state rule), ``rule`` (``steady`` |
   ``time_bound`` | ``skip`` | ``early`` | null), ``reason`` (a sentence: why it opened there),
   ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
-  ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``
+  ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``, ``untraced_after``
+  (null unless capture timed steps after the window without the profiler, as ``sweep``
+  asks: ``first_step``, ``last_step``, ``complete``)
 - ``steps``: one entry per step of the whole run, in order, up to step 9,999, then the
   window's steps when it opened later (up to 100,000 more; ``index`` says which step an
   entry is): ``index``, ``step_num`` (the script's, or null), ``start_unix_ns``,
@@ -117,7 +119,20 @@ class ToolJSON(TypedDict):
     version: str
 
 
-class WindowJSON(TypedDict):
+class UntracedJSON(TypedDict):
+    """Steps timed without the profiler after the window (capture's ``time_after``)."""
+
+    first_step: int
+    last_step: int
+    #: False when the script ended before the block was as long as the window.
+    complete: bool
+
+
+class _WindowUntracedJSON(TypedDict, total=False):
+    untraced_after: UntracedJSON | None
+
+
+class WindowJSON(_WindowUntracedJSON):
     skip_steps: int | None
     rule: str | None  # a WindowRule
     reason: str | None
@@ -373,6 +388,10 @@ class Window:
     skip_steps: int | None = None
     trace_start_unix_ns: int | None = None
     trace_stop_unix_ns: int | None = None
+    #: Steps timed without the profiler after the window (first, last; capture's
+    #: ``time_after``, which sweep asks for), and whether that block ran its full length.
+    untraced_after: tuple[int, int] | None = None
+    untraced_complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -566,11 +585,33 @@ class Sidecar:
         versions = self.data.get("versions")
         return untested_note(versions) if isinstance(versions, Mapping) else None
 
+    def untraced_pace(self) -> StepPace | None:
+        """The pace of the steps timed without the profiler after the window
+        (:attr:`Window.untraced_after`): :func:`step_pace` over them; None when the capture
+        timed none, the script ended before the block was complete (its last steps then
+        hold the end of its data), or fewer than ``UNTRACED_MIN_STEPS`` have a wall time."""
+        window = self.window
+        block = window.untraced_after if window is not None else None
+        if block is None or window is None or not window.untraced_complete:
+            return None
+        first, last = block
+
+        def inside(s: HostStep) -> bool:
+            return first <= s.index <= last
+
+        pace = step_pace(self.steps, inside)
+        return pace if pace is not None and pace.count >= UNTRACED_MIN_STEPS else None
+
     def step_time_ms(self) -> tuple[float, int, str] | None:
         """The traced window's mean step, ``(ms, steps, how)``: :func:`step_pace` over the
         traced steps."""
         pace = step_pace(self.steps, lambda s: s.traced)
         return None if pace is None else (pace.mean_ms, pace.count, pace.how)
+
+
+#: Fewer untraced steps after the window than this give no pace (capture's block holds at
+#: least 5, as a window does).
+UNTRACED_MIN_STEPS = 5
 
 
 # The oldest jax and Grain that capture is tested with (noxfile.py's matrix; pyproject.toml's
@@ -733,7 +774,18 @@ def _read_window(value: object) -> Window | None:
         skip_steps=_get_int(w, "skip_steps"),
         trace_start_unix_ns=_get_int(w, "trace_start_unix_ns"),
         trace_stop_unix_ns=_get_int(w, "trace_stop_unix_ns"),
+        **_read_untraced(w.get("untraced_after")),
     )
+
+
+def _read_untraced(value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        return {}
+    u = cast(UntracedJSON, value)
+    first, last = _get_int(u, "first_step"), _get_int(u, "last_step")
+    if first is None or last is None or last < first:
+        return {}
+    return {"untraced_after": (first, last), "untraced_complete": u.get("complete") is True}
 
 
 def _read_step(value: object) -> HostStep | None:

@@ -58,6 +58,11 @@ class CaptureOptions:
     #: Close the window after this long even before ``steps`` steps (at least 5 traced).
     window_max_s: float = 60.0
     stop_after: bool = False
+    #: After the window, time the steps on without the profiler (``_child.untraced``: as many
+    #: steps and as long as the window, at least ``UNTRACED_MIN_S``), kept in the sidecar as
+    #: ``window.untraced_after``; with ``stop_after`` the script is stopped after them.
+    #: ``sweep`` chooses its count by them: the step the user will get, not the traced one.
+    time_after: bool = False
     #: With the steady-state rule: trace from step 2 until the run is first steady, kept only
     #: when the script ends before the window opens (``_child.early.EARLY_*``).
     early_trace: bool = True
@@ -339,6 +344,7 @@ def _window_options(options: CaptureOptions) -> dict[str, Any]:
         "max_wait_s": options.max_wait_s,
         "window_max_s": options.window_max_s,
         "stop_after": options.stop_after,
+        "time_after": options.time_after,
         "no_early_trace": not options.early_trace,
         "step_source": options.step_source,
         "delay_s": options.delay_s,

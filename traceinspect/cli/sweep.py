@@ -18,7 +18,7 @@ from traceinspect.cli._options import (
 from traceinspect.cli._progress import StatusLine, duration
 
 # As traceinspect.sweep.METRICS, without importing the library when the CLI starts.
-_METRICS = ("typical", "median", "mean")
+_METRICS = ("untraced", "typical", "median", "mean")
 
 if TYPE_CHECKING:
     from traceinspect.sweep import SweepProgress, SweepRun
@@ -37,8 +37,13 @@ def _worker_counts(
 
 def _describe(run: SweepRun) -> str:
     if run.ok:
+        untraced = (
+            f"{run.untraced_ms:,.1f} ms/step untraced; traced: "
+            if run.untraced_ms is not None
+            else ""
+        )
         return (
-            f"median {run.median_ms:,.1f} ms/step (mean {run.mean_ms:,.1f}, "
+            f"{untraced}median {run.median_ms:,.1f} ms/step (mean {run.mean_ms:,.1f}, "
             f"p90 {run.p90_ms:,.1f}), {run.verdict}"
         )
     return f"{run.status}: {run.message}" if run.message else run.status
@@ -119,7 +124,7 @@ class _Progress:
     "--stop-after/--no-stop-after",
     default=True,
     show_default=True,
-    help="End each run once its window is captured.",
+    help="End each run once its window is captured and the steps after it timed untraced.",
 )
 @profiler_options
 @click.option(
@@ -133,11 +138,13 @@ class _Progress:
     "--by",
     "metric",
     type=click.Choice(_METRICS),
-    default="typical",
+    default="untraced",
     show_default=True,
     help=(
-        "Compare counts by the step time analyze gives each run (typical: the mean where "
-        "its steps come in bursts, else the median), by median, or by mean (throughput)."
+        "Compare counts by the time per step of the steps each run goes on with after its "
+        "trace, without the profiler (untraced: the profiler slows the step, unevenly "
+        "across counts); or by the traced steps: as analyze gives each run (typical: the "
+        "mean where its steps come in bursts, else the median), by median, or by mean."
     ),
 )
 @json_flag()
@@ -163,10 +170,11 @@ def sweep(
 ) -> None:
     """Measure step time against Grain's worker count, and pick the count to use.
 
-    Captures a short window of the script once per count, analyses each run, prints a
-    table (median, p90 and mean step time, spread, idle time by cause, verdict) and marks
-    the smallest count within 5% of the best step time as analyze gives it (the mean for
-    a run whose steps come in bursts, else the median; --by median or --by mean for one).
+    Captures a short window of the script once per count, then times as many steps again
+    without the profiler; analyses each run, prints a table (the untraced step time; the
+    traced median, p90 and mean, spread, idle time by cause, verdict) and marks the
+    smallest count within 5% of the best untraced step time (--by typical, median or mean
+    compares the traced steps instead).
     Writes sweep.json, sweep.csv and sweep.png into LOGDIR. A "{workers}" in the script's
     arguments receives the count; otherwise capture sets Grain's worker count. Runs that
     crash, time out or cannot be analysed show as such. Exit code 1 when no run could be

@@ -15,6 +15,7 @@ from traceinspect.sweep import (
     CRASHED,
     OK,
     TYPICAL,
+    UNTRACED,
     SweepResult,
     SweepRun,
     choose,
@@ -59,9 +60,11 @@ def _failure(run: SweepRun) -> str:
 
 def render_sweep(result: SweepResult) -> str:
     """The table MaxText #2509 shows, one row per worker count, the chosen one marked."""
+    untraced = any(r.untraced_ms is not None for r in result.runs)
     header = [
         "",
         "workers",
+        *(["untraced ms"] if untraced else []),
         "median ms",
         "p90 ms",
         "mean ms",
@@ -74,6 +77,7 @@ def render_sweep(result: SweepResult) -> str:
         mark = "*" if run.workers == result.chosen else ""
         if run.ok:
             cells = [
+                *([_fmt_ms(run.untraced_ms)] if untraced else []),
                 _fmt_ms(run.median_ms),
                 _fmt_ms(run.p90_ms),
                 _fmt_ms(run.mean_ms),
@@ -82,7 +86,7 @@ def render_sweep(result: SweepResult) -> str:
                 run.verdict or "-",
             ]
         else:
-            cells = ["-", "-", "-", "-", *("-" for _ in CAUSES), _failure(run)]
+            cells = ["-"] * (5 if untraced else 4) + ["-" for _ in CAUSES] + [_failure(run)]
         table.append([mark, str(run.workers), *cells])
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = []
@@ -92,9 +96,17 @@ def render_sweep(result: SweepResult) -> str:
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     lines.append("")
     lines.append(choice_sentence(result))
+    if result.metric_note:
+        lines.append(f"Compared by traced step time: {result.metric_note}.")
     if result.chosen is not None:
         lines.append(
-            "spread: (p90 - p10) / median of the step times; input ... unknown %: share of "
+            (
+                "untraced: time per step of the steps after the trace, without the profiler; "
+                "median, p90, mean: the traced steps. "
+                if untraced
+                else ""
+            )
+            + "spread: (p90 - p10) / median of the step times; input ... unknown %: share of "
             "step time the device sat idle, by cause."
         )
     skewed = [
@@ -133,7 +145,7 @@ def choice_sentence(result: SweepResult) -> str:
     best = result.run(result.best) if result.best is not None else chosen
     tol = f"{result.tolerance:.0%}"
     metric = result.metric
-    named = "" if metric == TYPICAL else f"{metric} "
+    named = {TYPICAL: "", UNTRACED: "untraced "}.get(metric, f"{metric} ")
     if chosen.workers == best.workers:
         return (
             f"* {chosen.workers} workers: the best {named}step time "
@@ -187,16 +199,38 @@ def plot_sweep(result: SweepResult, ax: Axes | None = None) -> Axes:
         max(0.0, float(run.p90_ms if run.p90_ms is not None else m) - m)
         for m, run in zip(median, ok, strict=True)
     ]
-    bars = ax.errorbar(
-        x,
-        median,
-        yerr=[low, high],
-        color=STEP_COLOR,
-        marker="o",
-        capsize=3,
-        label=f"{result.metric} step time (bars: p10-p90)",
-    )
-    bars.lines[0].set_gid("step_time")
+    if result.metric == UNTRACED:
+        # The traced steps' p10-p90 do not bound the untraced pace: the traced typical step
+        # is drawn beside it instead, the profiler's cost between the two.
+        ax.plot(
+            x,
+            median,
+            color=STEP_COLOR,
+            marker="o",
+            label="step time without the profiler (after the trace)",
+            gid="step_time",
+        )
+        ax.plot(
+            x,
+            [float(run.step_ms(TYPICAL) or 0.0) for run in ok],
+            color=STEP_COLOR,
+            marker="o",
+            linestyle=":",
+            alpha=0.6,
+            label="traced step time",
+            gid="traced_step_time",
+        )
+    else:
+        bars = ax.errorbar(
+            x,
+            median,
+            yerr=[low, high],
+            color=STEP_COLOR,
+            marker="o",
+            capsize=3,
+            label=f"{result.metric} step time (bars: p10-p90)",
+        )
+        bars.lines[0].set_gid("step_time")
     ax.plot(
         x,
         [float(run.input_wait_ms or 0.0) for run in ok],

@@ -5,8 +5,10 @@
 analyses each trace, and returns a :class:`SweepResult`: one :class:`SweepRun` per count
 (median, p10 and p90 step time, the device's idle time by cause, the verdict, or why the
 run failed: crashed, no trace, timed out, unanalysable) and ``chosen``, the smallest count
-whose median (or mean) step time is within 5% of the best. :func:`summarize_sweep` makes that choice
-from given runs and runs nothing; :func:`load_sweep` reads a saved ``sweep.json`` back.
+whose step time is within 5% of the best: by default that of the steps each run goes on
+with after its window, timed without the profiler (``untraced``), else the traced median or
+mean. :func:`summarize_sweep` makes that choice from given runs and runs nothing;
+:func:`load_sweep` reads a saved ``sweep.json`` back.
 Rendering and the plot are in :mod:`traceinspect.report.sweep`.
 
 >>> from traceinspect.capture import CaptureOptions
@@ -41,6 +43,7 @@ from traceinspect.sweep._summary import (
     TOLERANCE,
     TYPICAL,
     UNANALYSABLE,
+    UNTRACED,
     SweepResult,
     SweepRun,
     choose,
@@ -63,6 +66,7 @@ __all__ = [
     "TOLERANCE",
     "TYPICAL",
     "UNANALYSABLE",
+    "UNTRACED",
     "ProgressCallback",
     "SweepProgress",
     "SweepResult",

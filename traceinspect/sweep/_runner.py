@@ -30,8 +30,8 @@ from traceinspect.sweep._summary import (
     OK,
     TIMEOUT,
     TOLERANCE,
-    TYPICAL,
     UNANALYSABLE,
+    UNTRACED,
     SweepResult,
     SweepRun,
     summarize_sweep,
@@ -105,7 +105,7 @@ def run_sweep(
     timeout_s: float | None = None,
     *,
     tolerance: float = TOLERANCE,
-    metric: str = TYPICAL,
+    metric: str = UNTRACED,
     progress: ProgressCallback | None = None,
 ) -> SweepResult:
     """Capture and analyse ``command`` once per worker count; return the table and the choice.
@@ -116,13 +116,18 @@ def run_sweep(
     A run that crashes, writes no trace, cannot be analysed or runs longer than ``timeout_s``
     (it is then terminated, and killed ``TIMEOUT_GRACE_S`` later) becomes a row saying so,
     and the sweep goes on. ``progress`` is called when a count starts, about every
-    ``PROGRESS_EVERY_S`` while it runs (``run`` None) and when it ends. ``metric``
-    (``median`` or ``mean`` step time) and ``tolerance`` decide the chosen count.
+    ``PROGRESS_EVERY_S`` while it runs (``run`` None) and when it ends. ``metric`` and
+    ``tolerance`` decide the chosen count: by default (``untraced``) each run goes on after
+    its window for as many steps and as long, untraced (capture's ``time_after``), and
+    counts are compared by the time per step there, the step the user will get; else by the
+    traced steps (``typical``, ``median`` or ``mean``).
 
     Errors in the command, the options or the log directory raise
     :class:`~traceinspect.errors.TraceInspectError` before anything runs.
     """
     options = options or CaptureOptions(logdir=DEFAULT_LOGDIR, stop_after=True)
+    if metric == UNTRACED:
+        options = dataclasses.replace(options, time_after=True)
     options.check()
     parse_command(command)  # a bad command fails once, not once per count
     counts = check_worker_counts(worker_counts)
@@ -325,6 +330,9 @@ def _judge(workers: int, outcome: _Outcome, timeout_s: float | None, log_path: P
         numbers = _analyse(capture.run_dir)
     except TraceInspectError as exc:
         return SweepRun(status=UNANALYSABLE, message=str(exc), **common)
+    pace = capture.record.untraced_pace()
+    if pace is not None:
+        numbers |= {"untraced_ms": round(pace.mean_ms, 4), "untraced_steps": pace.count}
     notes = []
     observed = common["observed_workers"]
     if observed is None and workers > 0:

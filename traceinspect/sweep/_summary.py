@@ -34,7 +34,15 @@ STATUSES = (OK, CRASHED, NO_TRACE, TIMEOUT, UNANALYSABLE, ERROR)
 # family pipeline's bursty runs at 2 and 3 workers had medians of 5.7 and 0.3 ms against
 # means of 21.3 and 23.6: by the median, 3 workers "won").
 TYPICAL = "typical"
-METRICS = (TYPICAL, "median", "mean")
+# "untraced" (the default): the time per step of the steps each run went on with after its
+# trace, without the profiler (capture's ``time_after``). The profiler slows the step, and
+# not by the same amount at each count: on XLA's CPU backend, a loop that reads its loss
+# every step ran 13.4-13.7 ms at 3-6 workers under it against 10.1-10.6 without, a flatter
+# curve that put the traced choice one count below the knee of the timed sweep. Where a run
+# has no such steps (the script ended first, a sweep.json of an older version), every run
+# is compared by the typical step instead, and the result says so.
+UNTRACED = "untraced"
+METRICS = (UNTRACED, TYPICAL, "median", "mean")
 
 # Column names of SweepResult.rows() and sweep.csv; times carry their unit.
 WORKERS = "workers"
@@ -43,6 +51,8 @@ MEDIAN_MS = S.MEDIAN_STEP_MS
 MEAN_MS = "mean_step_ms"
 P90_MS = S.P90_STEP_MS
 P10_MS = "p10_step_ms"
+UNTRACED_MS = "untraced_step_ms"  # time per step after the trace, without the profiler
+UNTRACED_STEPS = "untraced_steps"
 SPREAD = "spread"  # (p90 - p10) / median of the step times: lower is steadier
 VS_BEST = "vs_best"  # median / best median
 INPUT_WAIT_MS = "input_wait_ms"  # training loop waiting for a batch, per step (median)
@@ -91,6 +101,10 @@ class SweepRun:
     #: no advice about workers) and the step it expects with it.
     predicted_workers: int | None = None
     predicted_step_ms: float | None = None
+    #: The time per step of the steps timed after the trace without the profiler (the
+    #: slower of their host steps and their completions), and how many there were.
+    untraced_ms: float | None = None
+    untraced_steps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -106,8 +120,11 @@ class SweepRun:
         return is_bursty(p10, p90, mean, self.steps)
 
     def step_ms(self, metric: str = TYPICAL) -> float | None:
-        """The step time that ``metric`` names: ``median``, ``mean``, or ``typical`` (the
-        mean where the steps came in bursts, else the median, as analyze gives it)."""
+        """The step time that ``metric`` names: ``untraced`` (after the trace, without the
+        profiler), ``median``, ``mean``, or ``typical`` (the traced steps' mean where they
+        came in bursts, else their median, as analyze gives it)."""
+        if metric == UNTRACED:
+            return self.untraced_ms
         if metric == "mean" or (metric == TYPICAL and self.bursty):
             return self.mean_ms
         return self.median_ms
@@ -146,6 +163,8 @@ class SweepRun:
             ),
             predicted_workers=_int(data.get(PREDICTED_WORKERS)),
             predicted_step_ms=_float(data.get(PREDICTED_STEP_MS)),
+            untraced_ms=_float(data.get(UNTRACED_MS)),
+            untraced_steps=int(data.get(UNTRACED_STEPS) or 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +189,8 @@ class SweepRun:
             INPUT_STAGES: self.input_stages.to_record() if self.input_stages else None,
             PREDICTED_WORKERS: self.predicted_workers,
             PREDICTED_STEP_MS: self.predicted_step_ms,
+            UNTRACED_MS: self.untraced_ms,
+            UNTRACED_STEPS: self.untraced_steps,
         }
 
 
@@ -189,6 +210,8 @@ class SweepResult:
     metric: str = TYPICAL
     command: tuple[str, ...] = ()
     logdir: str = ""
+    #: Why the runs were compared by another step time than the one asked for (None: not).
+    metric_note: str | None = None
 
     def run(self, workers: int) -> SweepRun:
         for r in self.runs:
@@ -221,6 +244,7 @@ class SweepResult:
                 {
                     WORKERS: r.workers,
                     STATUS: r.status,
+                    UNTRACED_MS: r.untraced_ms,
                     MEDIAN_MS: r.median_ms,
                     P90_MS: r.p90_ms,
                     P10_MS: r.p10_ms,
@@ -242,6 +266,7 @@ class SweepResult:
         columns = [
             WORKERS,
             STATUS,
+            UNTRACED_MS,
             MEDIAN_MS,
             P90_MS,
             P10_MS,
@@ -260,7 +285,8 @@ class SweepResult:
             MESSAGE,
         ]
         frame = pd.DataFrame(records, columns=columns)
-        numeric = [MEDIAN_MS, P90_MS, P10_MS, MEAN_MS, SPREAD, VS_BEST, INPUT_WAIT_MS, ELAPSED_S]
+        numeric = [UNTRACED_MS, MEDIAN_MS, P90_MS, P10_MS, MEAN_MS, SPREAD, VS_BEST]
+        numeric += [INPUT_WAIT_MS, ELAPSED_S]
         numeric += [idle_column(c) for c in CAUSES]
         frame[numeric] = frame[numeric].astype("float64")
         frame[[EXIT_CODE, OBSERVED_WORKERS]] = frame[[EXIT_CODE, OBSERVED_WORKERS]].astype("Int64")
@@ -283,6 +309,7 @@ class SweepResult:
             "logdir": self.logdir,
             "tolerance": self.tolerance,
             "metric": self.metric,
+            "metric_note": self.metric_note,
             "chosen": self.chosen,
             "best": self.best,
             "best_step_ms": self.best_step_ms,
@@ -314,6 +341,7 @@ class SweepResult:
             metric=metric,
             command=tuple(str(a) for a in data.get("command", ())),
             logdir=str(data.get("logdir", "")),
+            metric_note=data.get("metric_note") or None,
         )
 
 
@@ -359,6 +387,7 @@ def summarize_sweep(
     counts = [r.workers for r in ordered]
     if len(set(counts)) != len(counts):
         raise UsageError(f"one run per worker count expected, got counts {counts}")
+    metric, note = _resolve(ordered, metric)
     chosen, best = choose(ordered, tolerance, metric)
     return SweepResult(
         runs=ordered,
@@ -368,6 +397,26 @@ def summarize_sweep(
         metric=metric,
         command=tuple(command),
         logdir=logdir,
+        metric_note=note,
+    )
+
+
+def _resolve(runs: Sequence[SweepRun], metric: str) -> tuple[str, str | None]:
+    """The step time to compare by: ``metric``, unless it is ``untraced`` and a measured run
+    has no untraced steps (every run is then compared by the typical traced step, one
+    quantity for all), with the sentence that says so."""
+    if metric != UNTRACED:
+        return metric, None
+    missing = [r.workers for r in runs if r.ok and r.untraced_ms is None]
+    if not missing:
+        return metric, None
+    counts = ", ".join(map(str, missing))
+    return TYPICAL, (
+        f"the run(s) at {counts} worker(s) timed no steps after the trace (the script ended "
+        "before it was steady again and had run as many steps as the trace held, or the "
+        "sweep was made by an older version), so every count is compared by its traced step "
+        "time, which the profiler slows; give the script more steps to compare counts "
+        "without it"
     )
 
 

@@ -12,8 +12,8 @@ recorded as such. With ``--sweep 1,2,3,4``, the worker counts are timed too (the
 smallest count within 10% of the best), and each worker count the captures advised is set
 against it ([knee, knee + 2] agrees). ``--isolate N`` runs ``traceinspect isolate`` N times on
 each configuration and times the worker count it gives as the captures' is timed;
-``--tool-sweep 0,1,2,3`` runs ``traceinspect sweep`` over those counts once: the three
-commands' counts side by side. Run from the repository root, on a quiet machine::
+``--tool-sweep 0,1,2,3`` runs ``traceinspect sweep`` over those counts (``--sweep-repeats``
+times): the three commands' counts side by side. Run from the repository root, on a quiet machine::
 
     python sample_traces/scenarios/family/apply_advice.py --out \\
         sample_traces/scenarios/family/apply_advice-3.11.json
@@ -34,6 +34,10 @@ from typing import Any
 from family_runs import SCRIPT, WARMUP, capture_and_analyze, truth_ms
 
 STEPS = 300
+# The script's steps under `traceinspect sweep`, which stops each run once it has timed its
+# steps after the window untraced (steady again, then as long as the window): 300 steps end
+# first at 2-6 workers.
+SWEEP_STEPS = 1500
 WITHIN = 0.20
 KNEE = 1.10
 
@@ -91,6 +95,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep each capture in KEEP/NAME-N")
     parser.add_argument("--isolate", type=int, default=0, help="traceinspect isolate runs")
     parser.add_argument("--tool-sweep", default="", help="traceinspect sweep's worker counts")
+    parser.add_argument("--sweep-repeats", type=int, default=1, help="traceinspect sweep runs")
     parser.add_argument("names", nargs="*", default=list(CONFIGS))
     args = parser.parse_args()
     timed: dict[str, list[float]] = {}
@@ -163,23 +168,30 @@ def main() -> None:
             entry.setdefault("isolate", []).append(got)
             print(f"{name} isolate {i + 1}/{args.isolate}: {json.dumps(got)}", flush=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        if args.tool_sweep and "--workers" in cli:
+        for i in range(args.sweep_repeats if args.tool_sweep and "--workers" in cli else 0):
             flags = ["--worker-counts", args.tool_sweep]
-            swept = run_tool("sweep", flags, _set(cli, "--workers", "{workers}"), args.keep, name)
+            # A script long enough for sweep's untraced steps after each window: it stops
+            # each run once they are timed.
+            swept = run_tool(
+                "sweep",
+                flags,
+                _set(cli, "--workers", "{workers}"),
+                args.keep,
+                f"{name}-{i + 1}",
+                steps=SWEEP_STEPS,
+            )
+            keys = ("workers", "untraced_step_ms", "median_step_ms", "mean_step_ms", "verdict")
             got = {
+                "load_1min": round(os.getloadavg()[0], 2),
                 "chosen": swept.get("chosen"),
-                "runs": [
-                    {
-                        k: r.get(k)
-                        for k in ("workers", "median_step_ms", "mean_step_ms", "spread", "verdict")
-                    }
-                    for r in swept.get("runs") or []
-                ],
+                "metric": swept.get("metric"),
+                "runs": [{k: r.get(k) for k in keys} for r in swept.get("runs") or []],
             }
             if "knee" in entry and isinstance(got["chosen"], int):
                 got["count_agrees"] = entry["knee"] <= got["chosen"] <= entry["knee"] + 2
-            entry["sweep"] = got
-            print(f"{name} sweep: {json.dumps(got)}", flush=True)
+            entry.setdefault("sweeps", []).append(got)
+            entry["sweep"] = entry["sweeps"][0]
+            print(f"{name} sweep {i + 1}/{args.sweep_repeats}: {json.dumps(got)}", flush=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
@@ -187,7 +199,7 @@ ISOLATE_FIGURES = ("target_step_ms", "loader_batch_ms", "real_step_ms")
 
 
 def run_tool(
-    tool: str, flags: list[str], cli: list[str], keep: Path | None, name: str
+    tool: str, flags: list[str], cli: list[str], keep: Path | None, name: str, steps: int = STEPS
 ) -> dict[str, Any]:
     """``traceinspect isolate|sweep --json`` on the loop (its logs in KEEP/TOOL-NAME when
     kept); ``{"verdict": "error: ..."}`` when it failed."""
@@ -195,7 +207,7 @@ def run_tool(
         logdir = keep / f"{tool}-{name}" if keep is not None else Path(tmp) / "logs"
         command = [sys.executable, "-m", "traceinspect", tool, "--json", *flags]
         command += ["--logdir", str(logdir), "--", sys.executable, str(SCRIPT), *cli]
-        command += ["--steps", str(STEPS)]
+        command += ["--steps", str(steps)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"verdict": f"error: {done.stderr.strip()[-300:]}"}

@@ -12,9 +12,27 @@ from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_inf
 from .measured import others_cores, stages_measured, workers_measured
 
 if TYPE_CHECKING:  # the sidecar's format and the capture (never imported at run time)
-    from traceinspect.sidecar import ChildReportJSON, GrainJSON, PhaseReportJSON, StepJSON
+    from traceinspect.sidecar import (
+        ChildReportJSON,
+        GrainJSON,
+        PhaseReportJSON,
+        StepJSON,
+        UntracedJSON,
+    )
 
     from .state import _State
+
+
+def _untraced_after(cap: _State) -> UntracedJSON | None:
+    """The steps timed without the profiler after the window: complete, or up to the last
+    step whose successor began (the script ended first)."""
+    u, chosen = cap.untraced, cap.chosen
+    if u is None or u.first is None or chosen is None:
+        return None
+    last = u.last if u.last is not None else chosen.count - 2
+    if last < u.first:
+        return None
+    return {"first_step": u.first, "last_step": last, "complete": u.last is not None}
 
 
 def build_report(cap: _State) -> ChildReportJSON:
@@ -62,6 +80,7 @@ def build_report(cap: _State) -> ChildReportJSON:
             "complete": cap.window_complete,
             "trace_start_unix_ns": cap.trace_start_ns,
             "trace_stop_unix_ns": cap.trace_stop_ns,
+            "untraced_after": _untraced_after(cap),
         },
         "early_trace": {
             "state": cap.early,

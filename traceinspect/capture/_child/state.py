@@ -48,6 +48,35 @@ _STATUS_EVERY_NS = 250_000_000
 # when steps are short); an explicit --steps N traces exactly N.
 DEFAULT_STEPS = 20
 WINDOW_MIN_S = 1.0
+# The untraced block after the window (config ``time_after``, for sweep). The trace's write
+# holds the script 50-450 ms, while the pipeline goes on filling its buffers; the batches
+# so stored then go at the device's pace: at 3 waiting workers of the scenario family a
+# 293 ms write was followed by 39 steps of 10 ms against 14.5 ms settled. So the steps
+# after the write go through the steady rule again, as isolate's phases do (block means in
+# any order, a drain's rising ones never agree), and only then does the block begin: as
+# many steps as the window traced, for as long as it lasted and, by default, at least
+# UNTRACED_MIN_S (2 workers that take 40 ms a batch hand over 100 batches in 2 s: one batch
+# more or less moves the mean by 1%). A run not steady again after the capture's
+# ``max_wait_s`` is timed from there anyway.
+UNTRACED_MIN_S = 2.0
+
+
+@dataclasses.dataclass
+class _Untraced:
+    """The steps timed without the profiler after the window (``window.untraced_after``)."""
+
+    #: The step whose start closed the window (its wall holds the trace's write).
+    closed_at: int
+    #: When the script went on after the write.
+    resumed_ns: int
+    min_steps: int
+    min_s: float
+    #: The steady rule over the steps after the write.
+    steady: _Steady
+    #: The first timed step and when it began; the last one (set when the block is complete).
+    first: int | None = None
+    first_ns: int | None = None
+    last: int | None = None
 
 
 @dataclasses.dataclass
@@ -167,6 +196,8 @@ class _State:
         self.completions = Completions()
         self.last_output: tuple[str, Any] | None = None
         self.window_complete = False
+        #: The untraced steps after the window (config ``time_after``); None: not timed.
+        self.untraced: _Untraced | None = None
         self.trace_start_ns: int | None = None
         #: When the window opened: the trace's start, or later when the early trace went on
         #: as the window's.

@@ -31,8 +31,10 @@ from .state import (
     _TRACING,
     _WAITING,
     DEFAULT_STEPS,
+    UNTRACED_MIN_S,
     WINDOW_MIN_S,
     _Source,
+    _Untraced,
 )
 from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, STEADY_TREND, _Steady
 
@@ -77,10 +79,15 @@ class _Capture(_EarlyTrace):
                 self.completions.submit(index - 1, key, output)
             if self.early is None and index >= EARLY_FROM_STEP and self.phase == _WAITING:
                 self._start_early(index)
-            if index < _MAX_STEPS_KEPT or (src is self.chosen and self.phase == _TRACING):
+            timing_after = src is self.chosen and self._timing_untraced()
+            if index < _MAX_STEPS_KEPT or (
+                src is self.chosen and (self.phase == _TRACING or timing_after)
+            ):
                 # Kept after the window too: the whole run's step times show whether the
                 # traced window is representative.
                 src.keep(index, now, step_num, self._cpu_now())
+            if timing_after:
+                self._untraced_step(index, now)
             if self.phase == _DONE and self._time_window_taken():
                 self._set_time_window_aside(now)
             elif self.phase == _TRACING and self._in_time_window():
@@ -163,11 +170,52 @@ class _Capture(_EarlyTrace):
                         )
                     self.window_complete = True
                     self._stop_trace()
-                    if self.config.get("stop_after"):
+                    if self.config.get("time_after") and self.trace_files:
+                        self._begin_untraced(index, traced, elapsed_s)
+                    elif self.config.get("stop_after"):
                         self.stopped_by_us = True
                         raise _StopAfter()
                 else:
                     self._enter_step_annotation(index, step_num)
+
+    def _begin_untraced(self, index: int, traced: int, traced_s: float) -> None:
+        """Time the steps on without the profiler (config ``time_after``): see ``_Untraced``."""
+        workers = self._grain_setting("mp_prefetch", "num_workers") or 0
+        steady = _Steady(max(STEADY_BLOCK_STEPS, 2 * int(workers)), trend_above=1.0)
+        # Step ``index`` holds the write: blocks begin after it.
+        steady.resume_after(index)
+        self.untraced = _Untraced(
+            closed_at=index,
+            resumed_ns=time.time_ns(),
+            min_steps=max(traced, _MIN_WINDOW_STEPS),
+            # An explicit --steps N (no minimum window time) times N steps after it too.
+            min_s=max(traced_s, UNTRACED_MIN_S if self.window_min_s > 0 else 0.0),
+            steady=steady,
+        )
+
+    def _timing_untraced(self) -> bool:
+        u = self.untraced
+        return u is not None and u.last is None
+
+    def _untraced_step(self, index: int, now: int) -> None:
+        """At a step's start after the window: settle, then time; stop the script once the
+        block is complete when ``stop_after`` asks it."""
+        u = self.untraced
+        assert u is not None
+        if u.first is None:
+            u.steady.step(index, now)
+            waited_s = (now - u.resumed_ns) / 1e9
+            if u.steady.is_steady() or waited_s >= self.max_wait_s:
+                u.first, u.first_ns = index, now
+            return
+        timed = index - u.first
+        elapsed_s = (now - (u.first_ns or now)) / 1e9
+        long_enough = elapsed_s >= self.window_max_s and timed >= _MIN_WINDOW_STEPS
+        if (timed >= u.min_steps and elapsed_s >= u.min_s) or long_enough:
+            u.last = index - 1
+            if self.config.get("stop_after"):
+                self.stopped_by_us = True
+                raise _StopAfter()
 
     def timing_window(self) -> bool:
         """In a phase of isolate, inside the timed window, on the main thread."""
