@@ -115,3 +115,32 @@ def test_a_per_step_read_over_a_pipeline_that_keeps_up_is_no_input_problem(
     analysis = traceinspect.analyze(_capture(tmp_path, *args, "--steps", "250"))
     assert analysis.verdict in ("sync-bound", "device-bound"), analysis.summary
     assert analysis.cause_fractions["input"] < 0.05, analysis.cause_fractions
+
+
+def test_sweep_times_whole_checkpoint_periods_after_the_window(tmp_path: Path) -> None:
+    """sweep's untraced steps after the window (``window.untraced_after``) span whole
+    periods of a recurring stall, so each holds as many checkpoints as the next."""
+    import json
+
+    from traceinspect.sidecar import FILE_NAME, parse
+    from traceinspect.sweep import run_sweep
+
+    command = [sys.executable, str(FAMILY), *LIGHT[:2], "--workers", "{workers}"]
+    command += ["--checkpoint-every", "25", "--steps", "1500"]
+    result = run_sweep(
+        command, [2], CaptureOptions(logdir=str(tmp_path), stop_after=True), timeout_s=300
+    )
+    run = result.run(2)
+    assert run.ok and run.run_dir is not None, run.message
+    record = parse(json.loads((Path(run.run_dir) / FILE_NAME).read_text(encoding="utf-8")))
+    assert record is not None and record.window is not None
+    assert record.window.untraced_after is not None and record.window.untraced_complete
+    first, last = record.window.untraced_after
+    assert (last - first + 1) % 25 == 0
+    walls = [s.wall_ms for s in record.steps if first <= s.index <= last and s.wall_ms]
+    # A checkpoint holds its step 250 ms at least (its storage); the others take under 20 ms
+    # of host time (the host runs ahead of the device between checkpoints).
+    stalls = sum(wall >= 250 for wall in walls)
+    assert len(walls) >= 50 and stalls == len(walls) // 25
+    # The checkpoints' time is in the figure the sweep compares.
+    assert run.untraced_ms is not None and run.untraced_ms >= 250 / 25

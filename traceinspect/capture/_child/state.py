@@ -77,6 +77,9 @@ class _Untraced:
     first: int | None = None
     first_ns: int | None = None
     last: int | None = None
+    #: A recurring stall's period in steps, when the steady rule found one: the block then
+    #: spans whole periods.
+    period: int | None = None
 
 
 @dataclasses.dataclass

@@ -207,11 +207,16 @@ class _Capture(_EarlyTrace):
             waited_s = (now - u.resumed_ns) / 1e9
             if u.steady.is_steady() or waited_s >= self.max_wait_s:
                 u.first, u.first_ns = index, now
+                by_period = u.steady.by_period
+                # A recurring stall (a checkpoint every N steps): whole periods, each block
+                # holding as many stalls as the next.
+                u.period = by_period.period if by_period is not None else None
             return
         timed = index - u.first
         elapsed_s = (now - (u.first_ns or now)) / 1e9
         long_enough = elapsed_s >= self.window_max_s and timed >= _MIN_WINDOW_STEPS
-        if (timed >= u.min_steps and elapsed_s >= u.min_s) or long_enough:
+        whole = u.period is None or timed % u.period == 0
+        if ((timed >= u.min_steps and elapsed_s >= u.min_s) or long_enough) and whole:
             u.last = index - 1
             if self.config.get("stop_after"):
                 self.stopped_by_us = True
