@@ -67,6 +67,8 @@ NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     SC.SidecarJSON: {"maxtext"},
     # Written by isolate's phases only: tests/capture/test_isolate_runs.py.
     SC.StepJSON: {"cpu_ms"},
+    # Written by sweep's runs (capture's time_after): tests/test_sweep.py.
+    SC.WindowJSON: {"untraced_after"},
 }
 
 

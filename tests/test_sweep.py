@@ -571,9 +571,12 @@ def test_by_default_each_run_goes_on_untraced_after_its_window(tmp_path: Path) -
     assert record.data["stopped_by_traceinspect"] is True
     assert record.data["steps_seen"] == last + 2
     pace = record.untraced_pace()
-    assert pace is not None and pace.count == 8
+    # By the host's 8 steps, or by the completions: 8 gaps from the step before the block's
+    # first when that one was stamped, else 7.
+    assert pace is not None
+    assert pace.count in ((7, 8) if pace.how == "completed" else (8,))
     assert run.untraced_ms == pytest.approx(pace.mean_ms, abs=1e-3)
-    assert run.untraced_steps == 8
+    assert run.untraced_steps == pace.count
 
 
 @pytest.mark.slow
