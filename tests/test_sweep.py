@@ -141,8 +141,13 @@ def test_by_untraced_steps_where_the_profiler_flattens_the_curve() -> None:
     assert SweepResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
     ax = plot_sweep(result)
     lines_by_gid = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
-    assert list(lines_by_gid["step_time"].get_ydata()) == [14.6, 10.1, 10.6, 10.4]
-    assert list(lines_by_gid["traced_step_time"].get_ydata()) == [12.5, 13.40, 12.04, 13.26]
+    assert np.asarray(lines_by_gid["step_time"].get_ydata()).tolist() == [14.6, 10.1, 10.6, 10.4]
+    assert np.asarray(lines_by_gid["traced_step_time"].get_ydata()).tolist() == [
+        12.5,
+        13.40,
+        12.04,
+        13.26,
+    ]
 
 
 def test_untraced_falls_back_to_the_traced_step_for_every_run_when_one_lacks_it() -> None:
