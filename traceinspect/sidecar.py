@@ -591,10 +591,9 @@ class Sidecar:
         timed none, the script ended before the block was complete (its last steps then
         hold the end of its data), or fewer than ``UNTRACED_MIN_STEPS`` have a wall time."""
         window = self.window
-        block = window.untraced_after if window is not None else None
-        if block is None or window is None or not window.untraced_complete:
+        if window is None or window.untraced_after is None or not window.untraced_complete:
             return None
-        first, last = block
+        first, last = window.untraced_after
 
         def inside(s: HostStep) -> bool:
             return first <= s.index <= last

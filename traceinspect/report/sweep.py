@@ -86,7 +86,8 @@ def render_sweep(result: SweepResult) -> str:
                 run.verdict or "-",
             ]
         else:
-            cells = ["-"] * (5 if untraced else 4) + ["-" for _ in CAUSES] + [_failure(run)]
+            # A dash under every figure; the failure where the verdict goes.
+            cells = ["-"] * (len(header) - 3) + [_failure(run)]
         table.append([mark, str(run.workers), *cells])
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = []

@@ -65,21 +65,17 @@ UNTRACED_MIN_S = 2.0
 class _Untraced:
     """The steps timed without the profiler after the window (``window.untraced_after``)."""
 
-    #: The step whose start closed the window (its wall holds the trace's write).
-    closed_at: int
-    #: When the script went on after the write.
+    #: When the script went on after the trace's write.
     resumed_ns: int
     min_steps: int
     min_s: float
-    #: The steady rule over the steps after the write.
+    #: The steady rule over the steps after the write (its ``period``: a recurring stall's,
+    #: when it found one; the block then spans whole periods).
     steady: _Steady
     #: The first timed step and when it began; the last one (set when the block is complete).
     first: int | None = None
     first_ns: int | None = None
     last: int | None = None
-    #: A recurring stall's period in steps, when the steady rule found one: the block then
-    #: spans whole periods.
-    period: int | None = None
 
 
 @dataclasses.dataclass

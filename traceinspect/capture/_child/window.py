@@ -157,11 +157,9 @@ class _Capture(_EarlyTrace):
             elif self.phase == _TRACING and self.window_first is not None:
                 traced = index - self.window_first
                 elapsed_s = (now - (self.window_open_ns or now)) / 1e9
-                long_enough = elapsed_s >= self.window_max_s and traced >= _MIN_WINDOW_STEPS
                 # At least WINDOW_MIN_S long: enough bursts of a worker pipeline, and enough
                 # time for the worker probes' 50 ms counters to measure a rate.
-                enough = traced >= self.steps and elapsed_s >= self.window_min_s
-                if enough or long_enough:
+                if self._block_done(traced, elapsed_s, self.steps, self.window_min_s):
                     self.window_end = index
                     if traced < self.steps:
                         self.notes.append(
@@ -185,13 +183,20 @@ class _Capture(_EarlyTrace):
         # Step ``index`` holds the write: blocks begin after it.
         steady.resume_after(index)
         self.untraced = _Untraced(
-            closed_at=index,
             resumed_ns=time.time_ns(),
             min_steps=max(traced, _MIN_WINDOW_STEPS),
             # An explicit --steps N (no minimum window time) times N steps after it too.
             min_s=max(traced_s, UNTRACED_MIN_S if self.window_min_s > 0 else 0.0),
             steady=steady,
         )
+
+    def _block_done(self, steps: int, elapsed_s: float, min_steps: int, min_s: float) -> bool:
+        """Whether a timed block (the window, or the untraced steps after it) is complete:
+        ``min_steps`` steps and ``min_s`` seconds, or ``window_max_s`` and at least
+        ``_MIN_WINDOW_STEPS`` steps."""
+        if elapsed_s >= self.window_max_s and steps >= _MIN_WINDOW_STEPS:
+            return True
+        return steps >= min_steps and elapsed_s >= min_s
 
     def _timing_untraced(self) -> bool:
         u = self.untraced
@@ -207,16 +212,14 @@ class _Capture(_EarlyTrace):
             waited_s = (now - u.resumed_ns) / 1e9
             if u.steady.is_steady() or waited_s >= self.max_wait_s:
                 u.first, u.first_ns = index, now
-                by_period = u.steady.by_period
-                # A recurring stall (a checkpoint every N steps): whole periods, each block
-                # holding as many stalls as the next.
-                u.period = by_period.period if by_period is not None else None
             return
         timed = index - u.first
         elapsed_s = (now - (u.first_ns or now)) / 1e9
-        long_enough = elapsed_s >= self.window_max_s and timed >= _MIN_WINDOW_STEPS
-        whole = u.period is None or timed % u.period == 0
-        if ((timed >= u.min_steps and elapsed_s >= u.min_s) or long_enough) and whole:
+        # A recurring stall (a checkpoint every N steps): whole periods, each holding as many
+        # stalls as the next.
+        period = u.steady.period
+        whole = period is None or timed % period == 0
+        if self._block_done(timed, elapsed_s, u.min_steps, u.min_s) and whole:
             u.last = index - 1
             if self.config.get("stop_after"):
                 self.stopped_by_us = True
