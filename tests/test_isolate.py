@@ -175,10 +175,12 @@ def _run(
     grain: dict[str, Any] | None = None,
     process_cpu_s: float | None = None,
     cpu_ms: float | None = None,
+    platform: str | None = None,
 ) -> PhaseRun:
     """A phase's run as the child reports it: steps of ``walls_ms``, the window from step
     ``traced_from`` (``traced`` steps, default all the rest); ``cpu_ms``: each step's
-    process CPU time, as a phase clocks it."""
+    process CPU time, as a phase clocks it; ``platform``: jax's backend, where the script
+    imported jax."""
     last = len(walls_ms) - 1 if traced is None else traced_from + traced - 1
     start, steps = 0, []
     for i, wall in enumerate([*walls_ms, None]):
@@ -227,6 +229,8 @@ def _run(
     }
     if process_cpu_s is not None:
         report["phase"]["process_cpu_s"] = process_cpu_s
+    if platform is not None:
+        report["backend"] = {"platform": platform, "device_count": 1, "devices": []}
     return PhaseRun(
         phase=phase,
         exit_code=exit_code,
@@ -393,6 +397,81 @@ def test_waiting_workers_are_sized_against_the_host_cpu_the_step_leaves_them() -
     assert unclocked.phases[0].cpu_ms is None
     assert unclocked.suggested_workers == 8
     assert unclocked.workers is not None and unclocked.workers.expected_step_ms == 7.0
+
+
+def _waiting_worker_runs(platform: str | None, real_cpu_ms: float = 14.543) -> dict[str, PhaseRun]:
+    """The family's two waiting workers as one isolate run measured them (2026-11-27, the
+    run that said 7 workers at a knee of 4): a batch every 42.8 ms from each busy worker,
+    3.03 ms of the workers' CPU a batch; the target step 7.92 ms on 14.09 ms of the
+    process's CPU (2 cores 89% busy), the real loop 14.54 ms of CPU a step."""
+    worker = {
+        "index": 0,
+        "pid": 1,
+        "wall_s": 1.0,
+        "elements": 1000,
+        "produce_s": 1.0,
+        "blocked_s": 0.0,
+        "cpu_s": 0.0,
+        "cpu_wait_s": 0.0,
+        "rss_bytes": None,
+        "timed_elements": True,
+    }
+    measured = {
+        "window_s": 1.0,
+        "batches": 2000,
+        "elements": 2000,
+        "main_process_cpu_s": 0.03,
+        "workers": [
+            {**worker, "elements": 23, "cpu_s": 0.0696, "produce_s": 0.984},
+            {**worker, "index": 1, "pid": 2, "elements": 23, "cpu_s": 0.0696, "produce_s": 0.984},
+        ],
+    }
+    measured["batches"] = measured["elements"] = 46
+    grain = {"worker_count": 2, "workers_measured": measured}
+    return {
+        "target": _run(
+            "target", [900.0, 7.917, 7.917, 7.917], grain=grain, cpu_ms=14.087, platform=platform
+        ),
+        "loader": _run(
+            "loader", [900.0, 21.4, 21.4, 21.4], grain=grain, cpu_ms=1.2, platform=platform
+        ),
+        "real": _run(
+            "real", [900.0, 21.4, 21.4, 21.4], grain=grain, cpu_ms=real_cpu_ms, platform=platform
+        ),
+    }
+
+
+def test_on_xlas_cpu_backend_the_step_with_free_input_and_the_workers_cpu_bound_the_pace() -> None:
+    # The CPU per step over the cores, (14.54 + 3.03) / 2 = 8.78 ms, takes XLA's parallel
+    # step to pack perfectly, which it does not (the target step itself kept the cores 89%
+    # busy): sized by it, ceil(42.8 x 1.25 / 8.78) = 7 workers, where the timed sweep's best
+    # step was 10.3-10.7 ms and its knee 4. The target step and the workers' CPU over the
+    # cores bound it more tightly: 7.917 + 3.03 / 2 = 9.43 ms, ceil(42.8 x 1.25 / 9.43) = 6.
+    on_cpu = summarize(_waiting_worker_runs("cpu"))
+    assert on_cpu.evidence.cpu_backend is True
+    assert on_cpu.evidence.workers_cpu_ms_per_batch == pytest.approx(3.026, abs=1e-3)
+    assert on_cpu.workers is not None and on_cpu.suggested_workers == 6
+    assert on_cpu.workers.expected_step_ms == pytest.approx(9.43, abs=0.01)
+    assert (
+        "the step with free input (7.92 ms, on XLA's CPU backend the cores' work) and the "
+        "workers' 3.03 ms of CPU per batch on 2 core(s) allow a step every 9.43 ms" in on_cpu.reason
+    )
+    assert on_cpu.to_dict()["evidence"]["cpu_backend"] is True
+    # On an accelerator the device's work runs beside the host's: the CPU over the cores.
+    on_gpu = summarize(_waiting_worker_runs("gpu"))
+    assert on_gpu.evidence.cpu_backend is False
+    assert on_gpu.suggested_workers == 7
+    assert on_gpu.workers is not None
+    assert on_gpu.workers.expected_step_ms == pytest.approx(8.78, abs=0.01)
+    assert "the host's CPU work per step (17.57 ms on 2 core(s))" in on_gpu.reason
+    # A script that never imported jax recorded no backend: the same.
+    assert summarize(_waiting_worker_runs(None)).evidence.cpu_backend is None
+    # Where the CPU over the cores is the tighter bound, it stands on the CPU backend too:
+    # a real loop that spent 19 ms of CPU a step, (19 + 3.03) / 2 = 11.0 > 9.43 ms.
+    busier = summarize(_waiting_worker_runs("cpu", real_cpu_ms=19.0))
+    assert busier.workers is not None
+    assert busier.workers.expected_step_ms == pytest.approx(11.01, abs=0.01)
+    assert "the host's CPU work per step (22.03 ms on 2 core(s))" in busier.reason
 
 
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------

@@ -193,6 +193,9 @@ class Evidence:
     #: XLA's CPU backend the device's work too (stands in for the real phase's when that
     #: is not known).
     target_cpu_ms_per_step: float | None = None
+    #: Whether the script ran on XLA's CPU backend (its device's work is the host's CPU
+    #: work), from any phase's record; None when no phase recorded its backend.
+    cpu_backend: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -376,8 +379,15 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
         measured = inputs.measured
         floor_cpu = _host_cpu_with_workers(evidence)
         if measured is not None and evidence.workers and floor_cpu is not None:
+            floor, basis = _cpu_backend_floor(evidence, target_ms) or (None, None)
             inputs = dataclasses.replace(
-                inputs, measured=dataclasses.replace(measured, host_cpu_ms_per_step=floor_cpu)
+                inputs,
+                measured=dataclasses.replace(
+                    measured,
+                    host_cpu_ms_per_step=floor_cpu,
+                    host_floor_ms=floor,
+                    host_floor_basis=basis,
+                ),
             )
     else:
         inputs = WorkerInputs(
@@ -411,6 +421,39 @@ def _host_cpu_with_workers(evidence: Evidence) -> float | None:
     if step is None or batch is None:
         return None
     return step + batch
+
+
+def _cpu_backend_floor(evidence: Evidence, target_ms: float) -> tuple[float, str] | None:
+    """On XLA's CPU backend, the step with free input plus the workers' CPU per batch over
+    the cores (ms), and how it was reached, in words, where that bounds the step more
+    tightly than the host's CPU per step over the cores; None elsewhere, or without the
+    figures.
+
+    Both bound the step once the workers keep up. The CPU over the cores takes the step's
+    work to pack perfectly on them, which on the CPU backend it does not: XLA splits a step
+    over the cores and waits for its slowest part (the family's target steps kept 2 cores
+    82-91% busy). The target step measured that packing, and the workers' work has to run
+    on the same cores. On 13 isolate runs of one and two waiting workers (2026-11-27) the
+    CPU over the cores read 8.8-10.9 ms, and 7 workers twice, where the best timed step was
+    10.3-10.7 ms and the knee 4; the tighter of the two read 9.2-10.9 ms and 5-6 workers,
+    and over 28 runs of five loops it lay within 18% of the step timed at its count (the
+    target step scaled by the real loop's CPU, a third way, read up to 28% high: that CPU,
+    clocked while the loop starved, holds the wake-ups of an idle step). Off the CPU
+    backend the device's work runs beside the host's, and the CPU over the cores stands."""
+    if not evidence.cpu_backend or not evidence.cores:
+        return None
+    real = evidence.host_cpu_ms_per_step or evidence.target_cpu_ms_per_step
+    batch = evidence.workers_cpu_ms_per_batch
+    if real is None or batch is None:
+        return None
+    floor = target_ms + batch / evidence.cores
+    if floor <= (real + batch) / evidence.cores:
+        return None
+    basis = (
+        f"the step with free input ({target_ms:.2f} ms, on XLA's CPU backend the cores' work) "
+        f"and the workers' {batch:.2f} ms of CPU per batch on {evidence.cores} core(s)"
+    )
+    return floor, basis
 
 
 def _input_advice(advice: Recommendation | None, evidence: Evidence) -> str:
@@ -848,7 +891,18 @@ def _evidence(
         target_cpu_ms_per_step=(
             _cpu_ms_per_step(runs[TARGET], target_timing) if target_timing is not None else None
         ),
+        cpu_backend=next(
+            (p == "cpu" for p in map(_platform, records.values()) if p is not None), None
+        ),
     )
+
+
+def _platform(record: SC.Sidecar | None) -> str | None:
+    """The jax backend's platform a phase's script ran on (``cpu``, ``gpu``, ``tpu``), or
+    None where the record has none (the script never imported jax)."""
+    backend = record.data.get("backend") if record is not None else None
+    platform = backend.get("platform") if isinstance(backend, dict) else None
+    return platform if isinstance(platform, str) else None
 
 
 def _cpu_ms_per_step(run: PhaseRun, timing: PhaseTiming) -> float | None:

@@ -94,6 +94,11 @@ class WorkerMeasurement:
     cpu_wait_share: float = 0.0
     #: The workers' CPU time (all their threads) per batch they made (ms).
     cpu_ms_per_batch: float = 0.0
+    #: The fastest step the host allows (ms) where it was measured otherwise than as
+    #: ``host_cpu_ms_per_step`` over the cores, and how, in words (isolate on XLA's CPU
+    #: backend: its step with free input plus the workers' CPU per batch over the cores).
+    host_floor_ms: float | None = None
+    host_floor_basis: str | None = None
 
     @property
     def core_share(self) -> float:
@@ -449,11 +454,12 @@ def _from_measurement(
     # The step can go no faster than the device's work, nor than the host's CPU work per
     # step spread over its cores (the CPU floor: on the scenario family it matched the best
     # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
-    floor = (
-        measured.host_cpu_ms_per_step / inputs.cpus
-        if measured.host_cpu_ms_per_step is not None and inputs.cpus
-        else 0.0
-    )
+    if measured.host_floor_ms is not None:
+        floor = measured.host_floor_ms
+    elif measured.host_cpu_ms_per_step is not None and inputs.cpus:
+        floor = measured.host_cpu_ms_per_step / inputs.cpus
+    else:
+        floor = 0.0
     d = max(inputs.device_busy_ms, floor)
     needed = max(1, math.ceil(w * HEADROOM / d))
     enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
@@ -490,12 +496,15 @@ def _from_measurement(
         if waits
         else f"workers are CPU-bound in preprocessing ({on_cpu})"
     )
-    paced_by = (
-        f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
-        f"{inputs.cpus} core(s)) allows a step every {d:.2f} ms at best"
-        if floor > inputs.device_busy_ms
-        else f"the device needs one every {d:.2f} ms"
-    )
+    if floor <= inputs.device_busy_ms:
+        paced_by = f"the device needs one every {d:.2f} ms"
+    elif measured.host_floor_basis:
+        paced_by = f"{measured.host_floor_basis} allow a step every {d:.2f} ms at best"
+    else:
+        paced_by = (
+            f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
+            f"{inputs.cpus} core(s)) allows a step every {d:.2f} ms at best"
+        )
     sized = (
         f"{m} already deliver one every {w / m:.2f} ms, within {KNEE_TOLERANCE - 1:.0%} of that"
         if enough
