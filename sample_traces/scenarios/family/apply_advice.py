@@ -158,6 +158,7 @@ def main() -> None:
                 "value": count,
                 "expected_step_ms": expected,
                 "figures_ms": [iso.get(k) for k in ISOLATE_FIGURES],
+                "evidence": iso.get("evidence"),
             }
             if count is not None and expected:
                 got["applied_step_ms"] = best(_set(cli, "--workers", str(count)))
