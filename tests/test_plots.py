@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -254,6 +256,35 @@ def test_html_page(built: tuple[traceinspect.Trace, Analysis]) -> None:
     assert page.count("src=") == len(FIGURE_NAMES)
     assert "http" not in page.replace("http-equiv", "")
     assert "<script" not in page
+
+
+def test_html_figures_say_in_words_what_they_show(
+    built: tuple[traceinspect.Trace, Analysis],
+) -> None:
+    # 5 steps of 10 ms: 8 ms of kernel, the rest idle (8.5 ms of sync, 1 ms of input and
+    # 0.5 ms of dispatch over the 5 steps): a reader without the picture gets its numbers,
+    # and they add up to the step (8 + 1.7 + 0.2 + 0.1 = 10).
+    trace, a = built
+    page = render_html(trace, a)
+    alts = re.findall(r'<img [^>]*alt="([^"]+)"', page)
+    assert len(alts) == len(FIGURE_NAMES)
+    assert (
+        "Bars for 5 steps, a median of 10.00 ms each (p10 10.00, p90 10.00): the device busy "
+        "8.00 ms a step, idle by cause per step: sync 1.70 ms, input 0.20 ms, host 0.10 ms."
+    ) in alts
+    assert (
+        "10 idle gaps by duration; idle time by cause over all steps: sync 8.50 ms, input "
+        "1.00 ms, host 0.50 ms."
+    ) in alts
+    # The timeline has no single figure to state: its caption.
+    assert alts[0].startswith("A few steps in time.")
+    # The step time as the text report gives it: a bursty run's figures use the mean.
+    assert "<td>median 10.00 ms, p90 10.00 ms, mean 10.00 ms</td>" in page
+    bursty = dataclasses.replace(
+        a, steps=dataclasses.replace(a.steps, mean_ms=12.5, p90_ms=20.0, bursty=True)
+    )
+    page = render_html(trace, bursty, figures={})
+    assert "mean 12.50 ms (bursty: figures use the mean)" in page
 
 
 def test_cli_writes_plots_and_html(tmp_path: Path) -> None:

@@ -81,7 +81,11 @@ def _numbers(a: Analysis) -> str:
     rows = [
         ("Backend", f"{a.backend} ({', '.join(a.devices)})"),
         ("Steps", f"{s.count} complete steps from {s.source}"),
-        ("Step time", f"median {s.median_ms:,.2f} ms, p90 {s.p90_ms:,.2f} ms"),
+        (
+            "Step time",
+            f"median {s.median_ms:,.2f} ms, p90 {s.p90_ms:,.2f} ms, mean {s.mean_ms:,.2f} ms"
+            + (" (bursty: figures use the mean)" if s.bursty else ""),
+        ),
         ("Device", f"busy {a.busy_fraction:.1%} of step time, idle {a.idle_fraction:.1%}"),
         ("Device work", f"{a.device_busy_ms_per_step:,.2f} ms/step"),
         ("Input work", f"{a.input_ms_per_step:,.2f} ms/step on the training thread"),
@@ -172,17 +176,57 @@ def _gaps(a: Analysis, top: int) -> str:
     )
 
 
-def _figures(figures: Mapping[str, Figure], captions: Mapping[str, str] | None = None) -> str:
+def _figures(
+    figures: Mapping[str, Figure],
+    captions: Mapping[str, str] | None = None,
+    alts: Mapping[str, str] | None = None,
+) -> str:
+    """Each figure as an inline PNG with its caption; its alt text says what it shows in
+    numbers where ``alts`` has them (a reader that cannot see the picture gets its
+    content), else its caption."""
     captions = FIGURE_CAPTIONS if captions is None else captions
+    alts = alts or {}
     out = []
     for name, fig in figures.items():
         data = base64.b64encode(figure_png(fig)).decode("ascii")
         caption = captions.get(name, name.replace("_", " "))
+        alt = alts.get(name, caption)
         out.append(
-            f'<figure><img src="data:image/png;base64,{data}" alt="{escape(name)}">'
+            f'<figure><img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
             f"<figcaption>{escape(caption)}</figcaption></figure>"
         )
     return "".join(out)
+
+
+def figure_alts(a: Analysis) -> dict[str, str]:
+    """What the analysis figures show, in numbers, by figure name (their alt text)."""
+    s = a.steps
+    idle = sorted(
+        ((c, ms) for c, ms in a.idle_by_cause_ms.items() if ms > 0), key=lambda cm: -cm[1]
+    )
+    per_step = ", ".join(f"{c} {ms / max(1, s.count):,.2f} ms" for c, ms in idle)
+    figure = "mean" if s.bursty else "median"
+    alts = {
+        "step_breakdown": (
+            f"Bars for {s.count} steps, a {figure} of {s.typical_ms:,.2f} ms each (p10 "
+            f"{s.p10_ms:,.2f}, p90 {s.p90_ms:,.2f}): the device busy "
+            f"{a.device_busy_ms_per_step:,.2f} ms a step"
+            + (f", idle by cause per step: {per_step}." if per_step else ", never idle.")
+        ),
+        "gap_distribution": (
+            f"{len(a.gaps)} idle gaps by duration; idle time by cause over all steps: "
+            + (", ".join(f"{c} {ms:,.2f} ms" for c, ms in idle) or "none")
+            + "."
+        ),
+    }
+    st = a.input_stages
+    if st is not None:
+        alts["input_stages"] = (
+            "Per input-pipeline stage, ms per step: "
+            + ", ".join(f"{stage} {st.effective_ms[stage]:,.2f}" for stage in STAGES)
+            + f"; the device's work {st.budget_ms:,.2f} ms per step; largest: {st.dominant}."
+        )
+    return alts
 
 
 def render_html(
@@ -211,7 +255,7 @@ def render_html(
         f"{notes}"
         f"<h2>What to do</h2><ul>{recs or '<li>Nothing to change.</li>'}</ul>"
         f"<h2>Numbers</h2>{_numbers(a)}"
-        f"<h2>Plots</h2>{_figures(figures)}"
+        f"<h2>Plots</h2>{_figures(figures, alts=figure_alts(a))}"
         f"<h2>Longest gaps</h2>{_gaps(a, top_gaps)}"
         "</body></html>\n"
     )
