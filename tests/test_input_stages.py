@@ -278,7 +278,7 @@ def test_plot_stacks_the_effective_stage_times_against_the_step() -> None:
 
 def test_text_and_html_name_the_stages(sample: tuple[Trace, Analysis]) -> None:
     from traceinspect.report.analyze import render_analysis
-    from traceinspect.report.html import render_html
+    from traceinspect.report.html import figure_alts, render_html
 
     trace, plain = sample
     a = replace(plain, input_stages=_measured_stages())
@@ -294,6 +294,12 @@ def test_text_and_html_name_the_stages(sample: tuple[Trace, Analysis]) -> None:
     assert a.to_dict()["input_stages"]["dominant"] == "preprocessing"
     page = render_html(trace, a, figures={})
     assert "<h2>Input pipeline by stage</h2>" in page and "<b>preprocessing</b>" in page
+    # The stages' plot, to a reader who cannot see it: the bars it draws, per step.
+    assert figure_alts(a)["input_stages"] == (
+        "Per input-pipeline stage, ms per step: read 2.00, preprocessing 6.00, batch 0.50, "
+        "prefetch 7.00, transfer 0.50; the device's work 3.00 ms per step; largest: "
+        "preprocessing."
+    )
 
 
 @pytest.mark.parametrize(

@@ -269,8 +269,8 @@ def test_html_figures_say_in_words_what_they_show(
     alts = re.findall(r'<img [^>]*alt="([^"]+)"', page)
     assert len(alts) == len(FIGURE_NAMES)
     assert (
-        "Bars for 5 steps, a median of 10.00 ms each (p10 10.00, p90 10.00): the device busy "
-        "8.00 ms a step, idle by cause per step: sync 1.70 ms, input 0.20 ms, host 0.10 ms."
+        "Bars for 5 steps (median 10.00 ms, p90 10.00); on average 10.00 ms a step: the device "
+        "busy 8.00 ms, idle by cause sync 1.70 ms, input 0.20 ms, host 0.10 ms."
     ) in alts
     assert (
         "10 idle gaps by duration; idle time by cause over all steps: sync 8.50 ms, input "

@@ -199,26 +199,29 @@ def _figures(
 
 
 def figure_alts(a: Analysis) -> dict[str, str]:
-    """What the analysis figures show, in numbers, by figure name (their alt text)."""
-    s = a.steps
+    """What the analysis figures show, in numbers, by figure name (their alt text). The
+    step breakdown's are means over its steps, so they add up to the step."""
+    s, rows = a.steps, a.per_step
     idle = sorted(
         ((c, ms) for c, ms in a.idle_by_cause_ms.items() if ms > 0), key=lambda cm: -cm[1]
     )
-    per_step = ", ".join(f"{c} {ms / max(1, s.count):,.2f} ms" for c, ms in idle)
-    figure = "mean" if s.bursty else "median"
-    alts = {
-        "step_breakdown": (
-            f"Bars for {s.count} steps, a {figure} of {s.typical_ms:,.2f} ms each (p10 "
-            f"{s.p10_ms:,.2f}, p90 {s.p90_ms:,.2f}): the device busy "
-            f"{a.device_busy_ms_per_step:,.2f} ms a step"
-            + (f", idle by cause per step: {per_step}." if per_step else ", never idle.")
-        ),
+    alts: dict[str, str] = {
         "gap_distribution": (
             f"{len(a.gaps)} idle gaps by duration; idle time by cause over all steps: "
             + (", ".join(f"{c} {ms:,.2f} ms" for c, ms in idle) or "none")
             + "."
         ),
     }
+    if len(rows):
+        per_step = ", ".join(
+            f"{c} {rows[S.idle_cause_ns(c)].mean() / 1e6:,.2f} ms" for c, _ in idle
+        )
+        alts["step_breakdown"] = (
+            f"Bars for {len(rows)} steps (median {s.median_ms:,.2f} ms, p90 {s.p90_ms:,.2f}); "
+            f"on average {rows[S.WALL_NS].mean() / 1e6:,.2f} ms a step: the device busy "
+            f"{rows[S.BUSY_NS].mean() / 1e6:,.2f} ms"
+            + (f", idle by cause {per_step}." if per_step else ", never idle.")
+        )
     st = a.input_stages
     if st is not None:
         alts["input_stages"] = (
