@@ -408,25 +408,21 @@ def _waiting_worker_runs(platform: str | None, real_cpu_ms: float = 14.543) -> d
         "index": 0,
         "pid": 1,
         "wall_s": 1.0,
-        "elements": 1000,
-        "produce_s": 1.0,
+        "elements": 23,
+        "produce_s": 0.984,
         "blocked_s": 0.0,
-        "cpu_s": 0.0,
+        "cpu_s": 0.0696,
         "cpu_wait_s": 0.0,
         "rss_bytes": None,
         "timed_elements": True,
     }
     measured = {
         "window_s": 1.0,
-        "batches": 2000,
-        "elements": 2000,
+        "batches": 46,
+        "elements": 46,
         "main_process_cpu_s": 0.03,
-        "workers": [
-            {**worker, "elements": 23, "cpu_s": 0.0696, "produce_s": 0.984},
-            {**worker, "index": 1, "pid": 2, "elements": 23, "cpu_s": 0.0696, "produce_s": 0.984},
-        ],
+        "workers": [worker, {**worker, "index": 1, "pid": 2}],
     }
-    measured["batches"] = measured["elements"] = 46
     grain = {"worker_count": 2, "workers_measured": measured}
     return {
         "target": _run(

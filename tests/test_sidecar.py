@@ -178,6 +178,18 @@ def test_sharding_facts_read_back() -> None:
     assert record.global_arrays == (SC.GlobalArray("jax.device_put", 128, 128, 64, 2),)
 
 
+def test_the_backend_platform_reads_back() -> None:
+    # isolate reads it to know whether the device's work is the host's CPU work.
+    bundled = SC.parse(json.loads((SAMPLE / SC.FILE_NAME).read_text(encoding="utf-8")))
+    assert bundled is not None and bundled.platform == "cpu"
+    damaged: tuple[object, ...] = (None, [], {"platform": 3}, {"device_count": 1})
+    for backend in damaged:
+        record = SC.parse({"backend": backend})
+        assert record is not None and record.platform is None
+    gpu = SC.parse({"backend": {"platform": "gpu", "devices": []}})
+    assert gpu is not None and gpu.platform == "gpu"
+
+
 @pytest.mark.parametrize(
     ("versions", "old"),
     [

@@ -379,7 +379,8 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
         measured = inputs.measured
         floor_cpu = _host_cpu_with_workers(evidence)
         if measured is not None and evidence.workers and floor_cpu is not None:
-            floor, basis = _cpu_backend_floor(evidence, target_ms) or (None, None)
+            bound = _cpu_backend_floor(evidence, target_ms, floor_cpu, inputs.cpus)
+            floor, basis = bound if bound is not None else (None, None)
             inputs = dataclasses.replace(
                 inputs,
                 measured=dataclasses.replace(
@@ -423,11 +424,13 @@ def _host_cpu_with_workers(evidence: Evidence) -> float | None:
     return step + batch
 
 
-def _cpu_backend_floor(evidence: Evidence, target_ms: float) -> tuple[float, str] | None:
+def _cpu_backend_floor(
+    evidence: Evidence, target_ms: float, host_cpu_ms: float, cores: int | None
+) -> tuple[float, str] | None:
     """On XLA's CPU backend, the step with free input plus the workers' CPU per batch over
     the cores (ms), and how it was reached, in words, where that bounds the step more
-    tightly than the host's CPU per step over the cores; None elsewhere, or without the
-    figures.
+    tightly than the host's CPU per step (``host_cpu_ms``: :func:`_host_cpu_with_workers`)
+    over the cores; None elsewhere, or without the figures.
 
     Both bound the step once the workers keep up. The CPU over the cores takes the step's
     work to pack perfectly on them, which on the CPU backend it does not: XLA splits a step
@@ -435,23 +438,21 @@ def _cpu_backend_floor(evidence: Evidence, target_ms: float) -> tuple[float, str
     82-91% busy). The target step measured that packing, and the workers' work has to run
     on the same cores. On 13 isolate runs of one and two waiting workers (2026-11-27) the
     CPU over the cores read 8.8-10.9 ms, and 7 workers twice, where the best timed step was
-    10.3-10.7 ms and the knee 4; the tighter of the two read 9.2-10.9 ms and 5-6 workers,
-    and over 28 runs of five loops it lay within 18% of the step timed at its count (the
-    target step scaled by the real loop's CPU, a third way, read up to 28% high: that CPU,
-    clocked while the loop starved, holds the wake-ups of an idle step). Off the CPU
+    10.3-10.7 ms and the knee 4; the tighter of the two read 9.2-10.9 ms and 5-6 workers.
+    With it, 18 runs on both stacks gave every count within [knee, knee + 2] and every
+    expected step within 20% of the step timed at that count (the target step scaled by the
+    real loop's CPU, tried first, read 16-22% high on a loop under a per-step read: that
+    CPU, clocked while the loop starved, holds the wake-ups of an idle step). Off the CPU
     backend the device's work runs beside the host's, and the CPU over the cores stands."""
-    if not evidence.cpu_backend or not evidence.cores:
-        return None
-    real = evidence.host_cpu_ms_per_step or evidence.target_cpu_ms_per_step
     batch = evidence.workers_cpu_ms_per_batch
-    if real is None or batch is None:
+    if not evidence.cpu_backend or not cores or batch is None:
         return None
-    floor = target_ms + batch / evidence.cores
-    if floor <= (real + batch) / evidence.cores:
+    floor = target_ms + batch / cores
+    if floor <= host_cpu_ms / cores:
         return None
     basis = (
         f"the step with free input ({target_ms:.2f} ms, on XLA's CPU backend the cores' work) "
-        f"and the workers' {batch:.2f} ms of CPU per batch on {evidence.cores} core(s)"
+        f"and the workers' {batch:.2f} ms of CPU per batch on {cores} core(s)"
     )
     return floor, basis
 
@@ -892,17 +893,10 @@ def _evidence(
             _cpu_ms_per_step(runs[TARGET], target_timing) if target_timing is not None else None
         ),
         cpu_backend=next(
-            (p == "cpu" for p in map(_platform, records.values()) if p is not None), None
+            (r.platform == "cpu" for r in records.values() if r is not None and r.platform),
+            None,
         ),
     )
-
-
-def _platform(record: SC.Sidecar | None) -> str | None:
-    """The jax backend's platform a phase's script ran on (``cpu``, ``gpu``, ``tpu``), or
-    None where the record has none (the script never imported jax)."""
-    backend = record.data.get("backend") if record is not None else None
-    platform = backend.get("platform") if isinstance(backend, dict) else None
-    return platform if isinstance(platform, str) else None
 
 
 def _cpu_ms_per_step(run: PhaseRun, timing: PhaseTiming) -> float | None:

@@ -539,6 +539,9 @@ class Sidecar:
     process_count: int | None = None
     #: Devices this process drives (None when the script never imported jax).
     local_devices: int | None = None
+    #: jax's default backend the script ran on (``cpu``, ``gpu``, ``tpu``; None when it
+    #: never imported jax).
+    platform: str | None = None
     #: Global arrays the script built from its loop's batches (the first few).
     global_arrays: tuple[GlobalArray, ...] = ()
     #: The training thread's sampled Python stack while tracing (None: not sampled).
@@ -697,6 +700,7 @@ def _parse(data: Mapping[str, Any]) -> Sidecar | None:
         process_index=_get_int(raw, "process_index"),
         process_count=_get_int(raw, "process_count"),
         local_devices=_local_devices(raw.get("backend"), _get_int(raw, "process_index")),
+        platform=_read_str(_read_mapping(raw.get("backend")).get("platform")),
         global_arrays=tuple(
             a for a in map(_read_global_array, _read_list(raw.get("global_arrays"))) if a
         ),
