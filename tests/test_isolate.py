@@ -470,6 +470,60 @@ def test_on_xlas_cpu_backend_the_step_with_free_input_and_the_workers_cpu_bound_
     assert "the host's CPU work per step (22.03 ms on 2 core(s))" in busier.reason
 
 
+def test_on_xlas_cpu_backend_a_read_thread_pipeline_is_paced_by_step_and_cpu() -> None:
+    # The family's mixed records on one read thread, no workers, as one isolate run measured
+    # them (2026-11-28): a 7.44 ms target step on 13.00 ms of the process's CPU, the real
+    # loop 27.46 ms of CPU a step, the pipeline alone a batch every 33.71 ms (39% of it on a
+    # CPU). The real phase's CPU over the 2 cores, 13.73 ms, asked for ceil(33.71 x 1.25 /
+    # 13.73) = 4 workers and expected 13.73 ms, where 4 workers ran 18.90 (knee 3, 18.23).
+    # The step with free input and the pipeline's 14.46 ms of CPU a batch (real less
+    # target), moved into workers on the same cores: 7.44 + 14.46 / 2 = 14.67 ms, 3 workers.
+    in_process = {"worker_count": None, "read_threads": 1}
+
+    def runs(platform: str) -> dict[str, PhaseRun]:
+        return {
+            "target": _run(
+                "target",
+                [900.0, 7.436, 7.436, 7.436],
+                grain=in_process,
+                cpu_ms=12.998,
+                platform=platform,
+            ),
+            "loader": _run(
+                "loader",
+                [900.0, 33.708, 33.708, 33.708],
+                grain=in_process,
+                process_cpu_s=3 * 0.392 * 0.033708,
+                platform=platform,
+            ),
+            "real": _run(
+                "real",
+                [900.0, 35.617, 35.617, 35.617],
+                grain=in_process,
+                cpu_ms=27.462,
+                platform=platform,
+            ),
+        }
+
+    on_cpu = summarize(runs("cpu"))
+    assert on_cpu.evidence.workers == 0 and on_cpu.evidence.cpu_backend is True
+    assert on_cpu.evidence.threads_cpu_share == pytest.approx(0.392)
+    assert on_cpu.verdict == "input-bound" and on_cpu.suggested_workers == 3
+    assert on_cpu.workers is not None
+    assert on_cpu.workers.expected_step_ms == pytest.approx(14.668, abs=1e-3)
+    assert (
+        "the step with free input (7.44 ms, on XLA's CPU backend the cores' work) and the "
+        "pipeline's (in the training process) 14.46 ms of CPU per batch on 2 core(s) allow a "
+        "step every 14.67 ms at best" in on_cpu.reason
+    )
+    # On an accelerator: the real phase's CPU over the cores, as before.
+    on_gpu = summarize(runs("gpu"))
+    assert on_gpu.suggested_workers == 4
+    assert on_gpu.workers is not None
+    assert on_gpu.workers.expected_step_ms == pytest.approx(13.731, abs=1e-3)
+    assert "the host's CPU work per step (27.46 ms on 2 core(s))" in on_gpu.reason
+
+
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------
 
 

@@ -379,17 +379,24 @@ def _worker_advice(target_ms: float, loader_ms: float, evidence: Evidence) -> Re
         measured = inputs.measured
         floor_cpu = _host_cpu_with_workers(evidence)
         if measured is not None and evidence.workers and floor_cpu is not None:
-            bound = _cpu_backend_floor(evidence, target_ms, floor_cpu, inputs.cpus)
-            floor, basis = bound if bound is not None else (None, None)
-            inputs = dataclasses.replace(
-                inputs,
-                measured=dataclasses.replace(
-                    measured,
-                    host_cpu_ms_per_step=floor_cpu,
-                    host_floor_ms=floor,
-                    host_floor_basis=basis,
-                ),
+            bound = _cpu_backend_floor(
+                evidence, target_ms, evidence.workers_cpu_ms_per_batch, floor_cpu, inputs.cpus
             )
+            inputs = dataclasses.replace(
+                inputs, measured=dataclasses.replace(measured, host_cpu_ms_per_step=floor_cpu)
+            )
+        elif evidence.workers == 0 and evidence.host_cpu_ms_per_step is not None:
+            bound = _cpu_backend_floor(
+                evidence,
+                target_ms,
+                _pipeline_cpu_in_process(evidence),
+                evidence.host_cpu_ms_per_step,
+                inputs.cpus,
+            )
+        else:
+            bound = None
+        if bound is not None:
+            inputs = dataclasses.replace(inputs, host_floor_ms=bound[0], host_floor_basis=bound[1])
     else:
         inputs = WorkerInputs(
             verdict="input-bound",
@@ -424,12 +431,30 @@ def _host_cpu_with_workers(evidence: Evidence) -> float | None:
     return step + batch
 
 
+def _pipeline_cpu_in_process(evidence: Evidence) -> float | None:
+    """Without workers, the pipeline's CPU per batch in the training process (ms): the real
+    phase's CPU per step less the target phase's (the same loop with input free), or None
+    without both clocks. Moved into workers, that work runs on the same cores. The real
+    loop, starved for input, also spends CPU waking from its waits: the figure errs high,
+    toward fewer workers and a slower step expected."""
+    real, target = evidence.host_cpu_ms_per_step, evidence.target_cpu_ms_per_step
+    if real is None or target is None:
+        return None
+    return max(0.0, real - target)
+
+
 def _cpu_backend_floor(
-    evidence: Evidence, target_ms: float, host_cpu_ms: float, cores: int | None
+    evidence: Evidence,
+    target_ms: float,
+    pipeline_cpu_ms: float | None,
+    host_cpu_ms: float,
+    cores: int | None,
 ) -> tuple[float, str] | None:
-    """On XLA's CPU backend, the step with free input plus the workers' CPU per batch over
-    the cores (ms), and how it was reached, in words, where that bounds the step more
-    tightly than the host's CPU per step (``host_cpu_ms``: :func:`_host_cpu_with_workers`)
+    """On XLA's CPU backend, the step with free input plus the pipeline's CPU per batch
+    (``pipeline_cpu_ms``: the workers', or without workers the training process's
+    :func:`_pipeline_cpu_in_process`) over the cores (ms), and how it was reached, in
+    words, where that bounds the step more tightly than the host's CPU per step
+    (``host_cpu_ms``: :func:`_host_cpu_with_workers`, or without workers the real phase's)
     over the cores; None elsewhere, or without the figures.
 
     Both bound the step once the workers keep up. The CPU over the cores takes the step's
@@ -442,17 +467,23 @@ def _cpu_backend_floor(
     With it, 18 runs on both stacks gave every count within [knee, knee + 2] and every
     expected step within 20% of the step timed at that count (the target step scaled by the
     real loop's CPU, tried first, read 16-22% high on a loop under a per-step read: that
-    CPU, clocked while the loop starved, holds the wake-ups of an idle step). Off the CPU
-    backend the device's work runs beside the host's, and the CPU over the cores stands."""
-    batch = evidence.workers_cpu_ms_per_batch
+    CPU, clocked while the loop starved, holds the wake-ups of an idle step). A pipeline on
+    the training process's read threads, moved into workers, is the same case: on 18 runs
+    of three such loops (2026-11-28) the real phase's CPU over the cores expected up to 27%
+    below the step timed at the count (5 beyond 20%), this bound up to 22% (3 beyond 20%;
+    9 of them run with it: 1); worker processes cost more CPU per batch than the read
+    thread did, which neither bound sees. Off the CPU backend the device's work runs beside
+    the host's, and the CPU over the cores stands."""
+    batch = pipeline_cpu_ms
     if not evidence.cpu_backend or not cores or batch is None:
         return None
     floor = target_ms + batch / cores
     if floor <= host_cpu_ms / cores:
         return None
+    whose = "the workers'" if evidence.workers else "the pipeline's (in the training process)"
     basis = (
         f"the step with free input ({target_ms:.2f} ms, on XLA's CPU backend the cores' work) "
-        f"and the workers' {batch:.2f} ms of CPU per batch on {cores} core(s)"
+        f"and {whose} {batch:.2f} ms of CPU per batch on {cores} core(s)"
     )
     return floor, basis
 

@@ -76,6 +76,12 @@ class WorkerInputs:
     stage_cpu_share: float | None = None
     #: Without workers: the training process's CPU time per step (ms), or None.
     host_cpu_ms_per_step: float | None = None
+    #: The fastest step the host allows (ms) where it was measured otherwise than as the
+    #: host's CPU per step over the cores, and how, in words (isolate on XLA's CPU backend:
+    #: its step with free input plus the pipeline's CPU per batch over the cores, the
+    #: pipeline in workers or in the training process). It stands where it is the higher.
+    host_floor_ms: float | None = None
+    host_floor_basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,11 +100,6 @@ class WorkerMeasurement:
     cpu_wait_share: float = 0.0
     #: The workers' CPU time (all their threads) per batch they made (ms).
     cpu_ms_per_batch: float = 0.0
-    #: The fastest step the host allows (ms) where it was measured otherwise than as
-    #: ``host_cpu_ms_per_step`` over the cores, and how, in words (isolate on XLA's CPU
-    #: backend: its step with free input plus the workers' CPU per batch over the cores).
-    host_floor_ms: float | None = None
-    host_floor_basis: str | None = None
 
     @property
     def core_share(self) -> float:
@@ -372,6 +373,9 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     # ms at 4-5 workers by the device alone, measured 16.3-16.9).
     cpu_ms = inputs.host_cpu_ms_per_step if m == 0 else None
     floor = cpu_ms / inputs.cpus if cpu_ms and inputs.cpus else 0.0
+    measured_floor = inputs.host_floor_ms is not None and inputs.host_floor_ms > floor
+    if measured_floor:
+        floor = inputs.host_floor_ms or 0.0
     pace = max(d, floor)
     needed = max(1, math.ceil(cost * HEADROOM / pace))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
@@ -393,10 +397,12 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         else f"the training thread spends {cost:.2f} ms/step making each batch"
     )
     paced_by = (
-        f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) allows "
-        f"a step every {pace:.2f} ms at best"
-        if floor > d
-        else f"the device needs one every {d:.2f} ms"
+        f"the device needs one every {d:.2f} ms"
+        if floor <= d
+        else f"{inputs.host_floor_basis} allow a step every {pace:.2f} ms at best"
+        if measured_floor
+        else f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
+        f"allows a step every {pace:.2f} ms at best"
     )
     reason = f"{made}; {paced_by}, so {needed} worker(s) with {HEADROOM - 1:.0%} headroom"
     share = inputs.stage_cpu_share
@@ -454,12 +460,13 @@ def _from_measurement(
     # The step can go no faster than the device's work, nor than the host's CPU work per
     # step spread over its cores (the CPU floor: on the scenario family it matched the best
     # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
-    if measured.host_floor_ms is not None:
-        floor = measured.host_floor_ms
-    elif measured.host_cpu_ms_per_step is not None and inputs.cpus:
+    if measured.host_cpu_ms_per_step is not None and inputs.cpus:
         floor = measured.host_cpu_ms_per_step / inputs.cpus
     else:
         floor = 0.0
+    measured_floor = inputs.host_floor_ms is not None and inputs.host_floor_ms > floor
+    if measured_floor:
+        floor = inputs.host_floor_ms or 0.0
     d = max(inputs.device_busy_ms, floor)
     needed = max(1, math.ceil(w * HEADROOM / d))
     enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
@@ -498,8 +505,8 @@ def _from_measurement(
     )
     if floor <= inputs.device_busy_ms:
         paced_by = f"the device needs one every {d:.2f} ms"
-    elif measured.host_floor_basis:
-        paced_by = f"{measured.host_floor_basis} allow a step every {d:.2f} ms at best"
+    elif measured_floor:
+        paced_by = f"{inputs.host_floor_basis} allow a step every {d:.2f} ms at best"
     else:
         paced_by = (
             f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
