@@ -768,6 +768,9 @@ def summarize(
         if next_best != best_alone:
             judged = _unsettled(judged, timings, best_alone, next_best)
     notes = tuple(f"{t.phase}: {t.note}" for t in timings if t.note)
+    if judged.verdict != "unknown":
+        near = near_margin(timings, tolerance, judged.verdict)
+        notes += (near,) if near else ()
     return Isolation(
         target_step_ms=target,
         loader_batch_ms=loader,
@@ -783,6 +786,44 @@ def summarize(
         notes=notes,
         workers=judged.workers,
         next_best_verdict=next_best,
+    )
+
+
+def near_margin(
+    timings: Sequence[PhaseTiming], tolerance: float = TOLERANCE, verdict: str | None = None
+) -> str | None:
+    """A note when the ratio that decided lies within the runs' own scatter of the margin:
+    taken over the best two runs of each phase, every pairing of a loader or real run with
+    a target run, the ratios span ``tolerance``. None otherwise, or with one run of a phase.
+
+    The verdict stands (it is the best runs'), but another run on the same machine may read
+    the other side: on a loaded machine the family's two light workers took 1.19-1.25x the
+    target step, and isolate read host-bound twice and device-bound once
+    (``sample_traces/scenarios/family/isolate_loaded-2.json``)."""
+    by_phase = {t.phase: t.runs_ms[:2] for t in timings}
+    if any(len(runs) < 2 for runs in by_phase.values()):
+        return None
+    targets = by_phase[TARGET]
+
+    def span(phase: str) -> tuple[float, float]:
+        ratios = [run / target for run in by_phase[phase] for target in targets if target > 0]
+        return min(ratios), max(ratios)
+
+    near = []
+    lo, hi = span(LOADER)
+    if lo <= tolerance < hi:
+        near.append(f"the loader batch {lo:.2f}-{hi:.2f}x the target step")
+    if verdict != "input-bound":
+        lo, hi = span(REAL)
+        if lo <= tolerance < hi:
+            near.append(f"the real step {lo:.2f}-{hi:.2f}x the target step")
+    if not near:
+        return None
+    return (
+        f"near the verdict's margin ({tolerance:.2f}x): by the best two runs of each phase, "
+        + " and ".join(near)
+        + "; a rerun on this machine may read the other side of it (more --rounds, or a "
+        "quieter machine, settle it)"
     )
 
 
