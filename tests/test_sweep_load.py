@@ -84,6 +84,8 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     # ... and before sweep timed steps after each trace, without the profiler.
     assert [r.pop("untraced_step_ms") for r in out["runs"]] == [None] * 3
     assert [r.pop("untraced_steps") for r in out["runs"]] == [0] * 3
+    # ... and before it timed a count again.
+    assert [r.pop("first_untraced_step_ms") for r in out["runs"]] == [None] * 3
     assert out.pop("metric_note") is None
     assert out == saved
     assert result.chosen == saved["chosen"] == 2
@@ -95,6 +97,7 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     # Written before the runtime cause existed: its column is the one added, and empty.
     assert rows.pop("idle_runtime_fraction").isna().all()
     assert rows.pop("untraced_step_ms").isna().all()
+    assert rows.pop("first_untraced_step_ms").isna().all()
     assert list(rows.columns) == list(csv.columns)
     for column in ("median_step_ms", "mean_step_ms", "p90_step_ms", "input_wait_ms", "vs_best"):
         assert rows[column].tolist() == pytest.approx(csv[column].tolist())

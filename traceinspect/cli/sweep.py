@@ -59,7 +59,8 @@ class _Progress:
         self.done_s: list[float] = []
 
     def __call__(self, event: SweepProgress) -> None:
-        where = f"workers={event.workers} ({event.index + 1}/{event.total})"
+        again = " again" if event.again else ""
+        where = f"workers={event.workers}{again} ({event.index + 1}/{event.total})"
         if event.run is not None:
             self.done_s.append(event.elapsed_s)
             if not self.quiet:
@@ -147,6 +148,17 @@ class _Progress:
         "mean where its steps come in bursts, else the median), by median, or by mean."
     ),
 )
+@click.option(
+    "--retime",
+    "retimes",
+    metavar="N",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Compared untraced: run again the count with the best step time, then the one "
+    "chosen, up to N counts in all, and take each second run's figure (a single run's "
+    "scatters; the lowest of several is low by chance). 0: each count once.",
+)
 @json_flag()
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -164,6 +176,7 @@ def sweep(
     profiler: ProfilerSettings,
     tolerance: float,
     metric: str,
+    retimes: int,
     as_json: bool,
     quiet: bool,
     command: tuple[str, ...],
@@ -174,7 +187,8 @@ def sweep(
     without the profiler; analyses each run, prints a table (the untraced step time; the
     traced median, p90 and mean, spread, idle time by cause, verdict) and marks the
     smallest count within 5% of the best untraced step time (--by typical, median or mean
-    compares the traced steps instead).
+    compares the traced steps instead), after running the best count, then the chosen
+    one, a second time (--retime).
     Writes sweep.json, sweep.csv and sweep.png into LOGDIR. A "{workers}" in the script's
     arguments receives the count; otherwise capture sets Grain's worker count. Runs that
     crash, time out or cannot be analysed show as such. Exit code 1 when no run could be
@@ -205,6 +219,7 @@ def sweep(
             tolerance=tolerance,
             metric=metric,
             progress=_Progress(line, quiet),
+            retimes=retimes,
         )
     written = write_sweep(result, logdir)
     if as_json:

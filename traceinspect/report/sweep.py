@@ -58,6 +58,13 @@ def _failure(run: SweepRun) -> str:
     return run.status
 
 
+def _untraced_cell(run: SweepRun) -> str:
+    """The untraced figure; for a count timed again, the first run's too, in brackets."""
+    if run.first_untraced_ms is None:
+        return _fmt_ms(run.untraced_ms)
+    return f"{_fmt_ms(run.untraced_ms)} ({_fmt_ms(run.first_untraced_ms)})"
+
+
 def render_sweep(result: SweepResult) -> str:
     """The table MaxText #2509 shows, one row per worker count, the chosen one marked."""
     untraced = any(r.untraced_ms is not None for r in result.runs)
@@ -77,7 +84,7 @@ def render_sweep(result: SweepResult) -> str:
         mark = "*" if run.workers == result.chosen else ""
         if run.ok:
             cells = [
-                *([_fmt_ms(run.untraced_ms)] if untraced else []),
+                *([_untraced_cell(run)] if untraced else []),
                 _fmt_ms(run.median_ms),
                 _fmt_ms(run.p90_ms),
                 _fmt_ms(run.mean_ms),
@@ -109,6 +116,14 @@ def render_sweep(result: SweepResult) -> str:
             )
             + "spread: (p90 - p10) / median of the step times; input ... unknown %: share of "
             "step time the device sat idle, by cause."
+        )
+    again = [r.workers for r in result.runs if r.first_untraced_ms is not None]
+    if again:
+        counts = " and ".join(map(str, again))
+        lines.append(
+            f"Timed again: {counts} workers (the best untraced figure, then the chosen one): "
+            "the figure is the second run's, the first's in brackets; one run's figure "
+            "scatters, and the lowest of several is low by chance more often than not."
         )
     skewed = [
         r.workers
