@@ -372,10 +372,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     # family's records that wait 2.5 ms and compute 1.5 on one read thread: expected 9.2-9.6
     # ms at 4-5 workers by the device alone, measured 16.3-16.9).
     cpu_ms = inputs.host_cpu_ms_per_step if m == 0 else None
-    floor = cpu_ms / inputs.cpus if cpu_ms and inputs.cpus else 0.0
-    measured_floor = inputs.host_floor_ms is not None and inputs.host_floor_ms > floor
-    if measured_floor:
-        floor = inputs.host_floor_ms or 0.0
+    floor, measured_floor = _host_floor(inputs, cpu_ms)
     pace = max(d, floor)
     needed = max(1, math.ceil(cost * HEADROOM / pace))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
@@ -432,6 +429,16 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     return rec
 
 
+def _host_floor(inputs: WorkerInputs, cpu_ms: float | None) -> tuple[float, bool]:
+    """The fastest step the host allows (ms; 0 when unknown): the host's CPU work per step
+    ``cpu_ms`` over the cores, or the floor measured otherwise (``inputs.host_floor_ms``)
+    where that is higher; and whether the latter stands."""
+    floor = cpu_ms / inputs.cpus if cpu_ms and inputs.cpus else 0.0
+    if inputs.host_floor_ms is not None and inputs.host_floor_ms > floor:
+        return inputs.host_floor_ms, True
+    return floor, False
+
+
 def _from_measurement(
     inputs: WorkerInputs, rec: dict[str, Any], measured: WorkerMeasurement
 ) -> dict[str, Any]:
@@ -460,13 +467,7 @@ def _from_measurement(
     # The step can go no faster than the device's work, nor than the host's CPU work per
     # step spread over its cores (the CPU floor: on the scenario family it matched the best
     # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
-    if measured.host_cpu_ms_per_step is not None and inputs.cpus:
-        floor = measured.host_cpu_ms_per_step / inputs.cpus
-    else:
-        floor = 0.0
-    measured_floor = inputs.host_floor_ms is not None and inputs.host_floor_ms > floor
-    if measured_floor:
-        floor = inputs.host_floor_ms or 0.0
+    floor, measured_floor = _host_floor(inputs, measured.host_cpu_ms_per_step)
     d = max(inputs.device_busy_ms, floor)
     needed = max(1, math.ceil(w * HEADROOM / d))
     enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
