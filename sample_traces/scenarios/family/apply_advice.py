@@ -181,7 +181,8 @@ def main() -> None:
                 f"{name}-{i + 1}",
                 steps=SWEEP_STEPS,
             )
-            keys = ("workers", "untraced_step_ms", "median_step_ms", "mean_step_ms", "verdict")
+            keys = ("workers", "untraced_step_ms", "first_untraced_step_ms", "median_step_ms")
+            keys += ("mean_step_ms", "verdict")
             got = {
                 "load_1min": round(os.getloadavg()[0], 2),
                 "chosen": swept.get("chosen"),
