@@ -294,6 +294,15 @@ def test_sweep_progress_estimates_the_time_left(clock: _Clock) -> None:
     assert err.getvalue().endswith(
         "sweep: workers=2 (2/4) running for 20 s, 2 more after it; about 2 min 40 s left"
     )
+    # The second runs, numbered among themselves: how many more is a most.
+    clock.now = 2.0
+    progress(SweepProgress(2, 0, 2, elapsed_s=20.0, again=True))
+    assert err.getvalue().endswith(
+        "sweep: workers=2 (1/2, again) running for 20 s, 1 more after it at most; about 1 min "
+        "40 s left"
+    )
+    progress(SweepProgress(2, 0, 2, _ended(2), elapsed_s=60.0, again=True))
+    assert "traceinspect: workers=2 (1/2, again): median 10.0 ms/step" in err.getvalue()
 
 
 def test_sweep_progress_ticks_while_a_count_runs() -> None:

@@ -523,10 +523,14 @@ def test_the_best_and_the_chosen_counts_are_timed_again(
     assert (result.run(6).untraced_ms, result.run(6).first_untraced_ms) == (12.0, 10.62)
     assert (result.run(4).untraced_ms, result.run(4).first_untraced_ms) == (11.9, 12.5)
     assert result.run(3).first_untraced_ms is None
-    # Progress counts the runs that may come: 4 counts and 2 again.
-    assert [(e.index, e.total, e.again) for e in events if e.run is not None][-2:] == [
-        (4, 6, True),
-        (5, 6, True),
+    # Progress numbers the counts (of 4), then the second runs (of at most 2).
+    assert [(e.index, e.total, e.again) for e in events if e.run is not None] == [
+        (0, 4, False),
+        (1, 4, False),
+        (2, 4, False),
+        (3, 4, False),
+        (0, 2, True),
+        (1, 2, True),
     ]
     text = render_sweep(result)
     assert " 11.90 (12.50) " in text and " 12.00 (10.62) " in text

@@ -59,15 +59,16 @@ class _Progress:
         self.done_s: list[float] = []
 
     def __call__(self, event: SweepProgress) -> None:
-        again = " again" if event.again else ""
-        where = f"workers={event.workers}{again} ({event.index + 1}/{event.total})"
+        again = ", again" if event.again else ""
+        where = f"workers={event.workers} ({event.index + 1}/{event.total}{again})"
         if event.run is not None:
             self.done_s.append(event.elapsed_s)
             if not self.quiet:
                 self.line.note(f"traceinspect: {where}: {_describe(event.run)}")
             return
         after = event.total - event.index - 1
-        text = f"sweep: {where} running for {duration(event.elapsed_s)}, {after} more after it"
+        more = f"{after} more after it" + (" at most" if event.again and after else "")
+        text = f"sweep: {where} running for {duration(event.elapsed_s)}, {more}"
         if self.done_s:
             per_count = sum(self.done_s) / len(self.done_s)
             left = max(per_count - event.elapsed_s, 0.0) + after * per_count

@@ -69,7 +69,8 @@ class SweepProgress:
     total: int
     run: SweepRun | None = None
     elapsed_s: float = 0.0
-    #: A count timed a second time (see ``RETIMES``); ``total`` counts the most there may be.
+    #: A count timed a second time (see ``RETIMES``): ``index`` and ``total`` then number
+    #: the second runs, ``total`` the most there may be.
     again: bool = False
 
 
@@ -152,9 +153,10 @@ def run_sweep(
         raise UsageError(f"the counts to time again must be 0 or more, got {retimes}")
     placeholder = any(PLACEHOLDER in arg for arg in command)
     retimes = retimes if metric == UNTRACED else 0
-    total = len(counts) + retimes
 
     def one(workers: int, index: int, again: bool = False) -> SweepRun:
+        # The counts are numbered among themselves, the second runs among themselves.
+        total = retimes if again else len(counts)
         started = time.monotonic()
         tick: Callable[[], None] | None = None
         if progress is not None:
@@ -196,7 +198,7 @@ def _time_again(
             break
         done.append(workers)
         first = by_count[workers]
-        again = one(workers, len(runs) + len(done) - 1, True)
+        again = one(workers, len(done) - 1, True)
         if again.ok and again.untraced_ms is not None:
             by_count[workers] = dataclasses.replace(
                 first,
