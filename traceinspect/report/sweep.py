@@ -121,9 +121,10 @@ def render_sweep(result: SweepResult) -> str:
     if again:
         counts = " and ".join(map(str, again))
         lines.append(
-            f"Timed again: {counts} workers (the best untraced figure, then the chosen one): "
-            "the figure is the second run's, the first's in brackets; one run's figure "
-            "scatters, and the lowest of several is low by chance more often than not."
+            f"Timed again: {counts} workers (the best untraced figure, and the count chosen "
+            "where it differed): the figure is the second run's, the first's in brackets; one "
+            "run's figure scatters, and the lowest of several is low by chance more often "
+            "than not."
         )
     skewed = [
         r.workers
