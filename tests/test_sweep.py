@@ -568,10 +568,18 @@ def test_compared_by_the_traced_steps_nothing_is_timed_again(
     calls = _fake_runs(monkeypatch, {1: [20.0], 2: [10.0]})
     run_sweep(COMMAND, [1, 2], options, metric=TYPICAL)
     assert calls == [(1, False), (2, False)]
-    # Nor where a run has no untraced figure (every count is then compared traced).
+    # Nor where a run has no untraced figure (every count is then compared traced), though
+    # another has one, which alone would read best.
     calls = _fake_runs(monkeypatch, {1: [20.0], 2: [10.0]})
-    monkeypatch.setattr(_runner, "_run_one", lambda *a, **k: ok(a[1], 10.0 * a[1]))
+    fake = _runner._run_one
+
+    def one_untimed(*args: object, **kwargs: object) -> SweepRun:
+        run = fake(*args, **kwargs)  # type: ignore[arg-type]
+        return replace(run, untraced_ms=None) if run.workers == 1 else run
+
+    monkeypatch.setattr(_runner, "_run_one", one_untimed)
     assert run_sweep(COMMAND, [1, 2], options).metric == TYPICAL
+    assert calls == [(1, False), (2, False)]
 
 
 def test_cli_usage_errors(tmp_path: Path) -> None:

@@ -446,12 +446,12 @@ def _pipeline_cpu_in_process(evidence: Evidence) -> float | None:
 def _cpu_backend_floor(
     evidence: Evidence,
     target_ms: float,
-    pipeline_cpu_ms: float | None,
+    batch: float | None,
     host_cpu_ms: float,
     cores: int | None,
 ) -> tuple[float, str] | None:
     """On XLA's CPU backend, the step with free input plus the pipeline's CPU per batch
-    (``pipeline_cpu_ms``: the workers', or without workers the training process's
+    (``batch``, ms: the workers', or without workers the training process's
     :func:`_pipeline_cpu_in_process`) over the cores (ms), and how it was reached, in
     words, where that bounds the step more tightly than the host's CPU per step
     (``host_cpu_ms``: :func:`_host_cpu_with_workers`, or without workers the real phase's)
@@ -474,7 +474,6 @@ def _cpu_backend_floor(
     9 of them run with it: 1); worker processes cost more CPU per batch than the read
     thread did, which neither bound sees. Off the CPU backend the device's work runs beside
     the host's, and the CPU over the cores stands."""
-    batch = pipeline_cpu_ms
     if not evidence.cpu_backend or not cores or batch is None:
         return None
     floor = target_ms + batch / cores

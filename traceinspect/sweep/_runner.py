@@ -35,6 +35,7 @@ from traceinspect.sweep._summary import (
     SweepResult,
     SweepRun,
     choose,
+    resolve_metric,
     summarize_sweep,
 )
 
@@ -187,7 +188,7 @@ def _time_again(
     the chosen one's; :data:`RETIMES` says why), each second figure in place of the first.
     Nothing is timed again when some measured run has no untraced figure (every count is
     then compared by its traced steps)."""
-    if any(r.ok and r.untraced_ms is None for r in runs):
+    if resolve_metric(runs, UNTRACED)[0] != UNTRACED:
         return runs
     by_count = {r.workers: r for r in runs}
     done: list[int] = []

@@ -398,7 +398,7 @@ def summarize_sweep(
     counts = [r.workers for r in ordered]
     if len(set(counts)) != len(counts):
         raise UsageError(f"one run per worker count expected, got counts {counts}")
-    metric, note = _resolve(ordered, metric)
+    metric, note = resolve_metric(ordered, metric)
     chosen, best = choose(ordered, tolerance, metric)
     return SweepResult(
         runs=ordered,
@@ -412,7 +412,7 @@ def summarize_sweep(
     )
 
 
-def _resolve(runs: Sequence[SweepRun], metric: str) -> tuple[str, str | None]:
+def resolve_metric(runs: Sequence[SweepRun], metric: str) -> tuple[str, str | None]:
     """The step time to compare by: ``metric``, unless it is ``untraced`` and a measured run
     has no untraced steps (every run is then compared by the typical traced step, one
     quantity for all), with the sentence that says so."""
