@@ -97,6 +97,17 @@ def _step_at(
     return truth[workers]
 
 
+# Rounds of truth runs beyond the first 2 where those leave the premise in doubt.
+EXTRA_ROUNDS = 2
+
+
+def _premise_holds(timed: dict[int, list[float]]) -> bool:
+    """Whether each count's best run is within WITHIN of the best count's (the step does
+    not depend on the worker count)."""
+    best = [min(ms) for ms in timed.values()]
+    return max(best) <= min(best) * (1 + WITHIN)
+
+
 def test_tiny_config_is_device_bound_and_gets_no_advice_it_follows(
     runs: ModuleType, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -104,11 +115,18 @@ def test_tiny_config_is_device_bound_and_gets_no_advice_it_follows(
     data = runs.data_file(config, data_dir)
     # Best of 2 runs each, interleaved (a run is only ever slowed by others): single runs
     # put 1 worker 22% over 4 (537.0 against 440.5 ms) in one run where they had been within
-    # 15% before.
+    # 15% before. Best of 2 still put 4 workers 23% over 1 once in CI (349.4 against 283.0
+    # ms; here the same day 292-323 against 285-326 ms, 3 runs each): where the premise
+    # fails, up to 2 more rounds, each count's best of all.
     timed = runs.measure(config, data, (1, 4), PLAIN_STEPS, 2, tmp_path / "plain")
+    for _ in range(EXTRA_ROUNDS):
+        if _premise_holds(timed):
+            break
+        for w, ms in runs.measure(config, data, (1, 4), PLAIN_STEPS, 1, tmp_path / "plain").items():
+            timed[w] += ms
     truth = {w: min(ms) for w, ms in timed.items()}
     # The premise: the step does not depend on the worker count.
-    assert max(truth.values()) <= min(truth.values()) * (1 + WITHIN), truth
+    assert _premise_holds(timed), timed
 
     a = _capture(runs, "tiny", 1, data, tmp_path / "w1")
     spans = runs.execution_busy_share(Path(a.path))
