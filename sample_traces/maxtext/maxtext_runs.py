@@ -16,6 +16,7 @@ downloaded. Two configurations:
 Used by ``tests/maxtext_loop/test_maxtext.py`` and from the command line (repository root)::
 
     python sample_traces/maxtext/maxtext_runs.py measure --config heavy --workers 1,2,3,4
+    python sample_traces/maxtext/maxtext_runs.py cpu --config heavy --workers 2,4 --repeats 3
     python sample_traces/maxtext/maxtext_runs.py capture --config tiny --workers 1 --out DIR
     python sample_traces/maxtext/maxtext_runs.py verify --config tiny --workers 1,4,-1 --repeats 3
     python sample_traces/maxtext/maxtext_runs.py profile --config tiny --out DIR
@@ -337,9 +338,69 @@ def run_profile(
     return logdir
 
 
+def _tree_cpu_s(root: int) -> tuple[float, float]:
+    """CPU seconds so far (user + system) of process ``root`` and of all its descendants
+    (Linux ``/proc``; a process that ended in between counts as 0)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    below: list[int] = []
+    todo = [root]
+    while todo:
+        parent = todo.pop()
+        kids = [pid for pid, ppid in parents.items() if ppid == parent]
+        below += kids
+        todo += kids
+    return cpu.get(root, 0.0), sum(cpu.get(pid, 0.0) for pid in below)
+
+
+def run_sampled(
+    config: Config, data: Path, workers: int, steps: int, out_dir: Path
+) -> dict[str, Any]:
+    """One run without any profiler, its process tree's CPU read at each ``completed step``
+    line: from step :data:`WARMUP` to the last, the wall time per step (ms), the training
+    process's CPU per step and its workers' (ms), and the cores the tree kept busy. Where
+    :func:`run_plain`'s CPU includes startup, this is the steady steps' alone."""
+    proc = subprocess.Popen(
+        train_command(config, data, workers, steps, out_dir),
+        env=train_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    marks: dict[int, tuple[float, float, float]] = {}
+    tail: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail = [*tail[-40:], line]
+        found = _STEP_LINE.search(line)
+        if found:
+            marks[int(found.group(1))] = (time.monotonic(), *_tree_cpu_s(proc.pid))
+    if proc.wait() != 0 or WARMUP not in marks:
+        raise RuntimeError(f"MaxText exited {proc.returncode}: {''.join(tail)[-2000:]}")
+    last = max(marks)
+    (t0, main0, kids0), (t1, main1, kids1) = marks[WARMUP], marks[last]
+    n, wall = last - WARMUP, t1 - t0
+    return {
+        "workers": workers,
+        "step_ms": round(wall / n * 1000, 1),
+        "main_cpu_ms_per_step": round((main1 - main0) / n * 1000, 1),
+        "workers_cpu_ms_per_step": round((kids1 - kids0) / n * 1000, 1),
+        "cores_busy": round((main1 - main0 + kids1 - kids0) / wall, 2),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("data", "measure", "capture", "verify", "profile"))
+    parser.add_argument("what", choices=("data", "measure", "cpu", "capture", "verify", "profile"))
     parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--workers", default="1", help="worker counts, comma-separated")
     parser.add_argument("--steps", type=int, default=60)
@@ -359,6 +420,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"config": config.name, "runs_ms": runs, "best_ms": best,
                           "median_ms": median, "knee": knee(best),
                           "knee_by_median": knee(median)}))  # fmt: skip
+    elif args.what == "cpu":
+        # --repeats rounds of the counts, interleaved: one JSON line a run.
+        for _ in range(args.repeats):
+            for w in counts:
+                print(json.dumps(run_sampled(config, data, w, args.steps, args.out)), flush=True)
     elif args.what == "capture":
         done = capture(config, data, counts[0], args.steps, args.out)
         print(done.stderr[-3000:])

@@ -179,8 +179,20 @@ def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
     assert rec.value is not None and rec.value <= knee + 2, seen
     if rec.value not in timed:
         timed.update(runs.measure(config, data, (rec.value,), PLAIN_STEPS, 3, plain))
-    step = statistics.median(timed[rec.value])
-    assert step <= min(truth.values()) * (1 + WITHIN), seen
+    truth = {w: statistics.median(ms) for w, ms in timed.items()}
+    best = min(truth, key=truth.__getitem__)
+    if truth[rec.value] > truth[best] * (1 + WITHIN):
+        # The machine's speed drifts over minutes, and two slow runs of one count move its
+        # median: on 2026-11-28 the medians put 2 workers 28% behind 4 (302.3 against 236.8
+        # ms), and 14% an hour later, where 12 runs sampled from step 10 on had 2 and 4 within
+        # 0-9% of each other run by run (236-253 against 234-275 ms; both keep 1.94-1.98
+        # cores busy, and the slow runs spend more CPU on the same batch). Two more
+        # interleaved rounds of the two counts compared, each by the median of 5.
+        more = runs.measure(config, data, (rec.value, best), PLAIN_STEPS, EXTRA_ROUNDS, plain)
+        for w, ms in more.items():
+            timed[w] += ms
+        truth = {w: statistics.median(ms) for w, ms in timed.items()}
+    assert truth[rec.value] <= min(truth.values()) * (1 + WITHIN), seen
 
 
 def test_maxtexts_own_profile_gets_a_verdict_or_says_what_to_set(
