@@ -161,9 +161,11 @@ def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
     # best put 4 workers 10% ahead while the medians (272, 264) put 2 ahead by 3%; in CI the
     # best of 3 put 4 workers 18% ahead (251.7 against 297.7 ms) and the best of 2, once, 19%.
     # (`python sample_traces/maxtext/maxtext_runs.py measure --config heavy --workers 2,4
-    # --steps 40 --repeats 3` prints both.) Known to fail at times: an hour later the medians
-    # were 269.6 at 2 and 231.5 at 4, and the cap at the cores for CPU-bound workers (2)
-    # missed the best by 16% (sample_traces/maxtext/MEASUREMENTS.md: open).
+    # --steps 40 --repeats 3` prints both.) An hour later the medians were 269.6 at 2 and
+    # 231.5 at 4, and the cap at the cores for CPU-bound workers (2) missed the best by 16%;
+    # timed step by step with the process tree's CPU, the two counts run alike and the
+    # machine's speed moves single runs (sample_traces/maxtext/MEASUREMENTS.md), hence the
+    # second look below.
     plain = tmp_path / "plain"
     timed = runs.measure(config, data, (1,), PLAIN_STEPS, 1, plain)
     timed.update(runs.measure(config, data, (2, 4), PLAIN_STEPS, 3, plain))
