@@ -453,6 +453,8 @@ def test_on_xlas_cpu_backend_the_step_with_free_input_and_the_workers_cpu_bound_
         "workers' 3.03 ms of CPU per batch on 2 core(s) allow a step every 9.43 ms" in on_cpu.reason
     )
     assert on_cpu.to_dict()["evidence"]["cpu_backend"] is True
+    # The workers' own CPU was measured: no word of what a run without them cannot see.
+    assert "a run without workers does not measure" not in on_cpu.reason
     # On an accelerator the device's work runs beside the host's: the CPU over the cores.
     on_gpu = summarize(_waiting_worker_runs("gpu"))
     assert on_gpu.evidence.cpu_backend is False
@@ -516,6 +518,8 @@ def test_on_xlas_cpu_backend_a_read_thread_pipeline_is_paced_by_step_and_cpu() -
         "pipeline's (in the training process) 14.46 ms of CPU per batch on 2 core(s) allow a "
         "step every 14.67 ms at best" in on_cpu.reason
     )
+    # What neither bound sees, said.
+    assert "which a run without workers does not measure" in on_cpu.reason
     # On an accelerator: the real phase's CPU over the cores, as before.
     on_gpu = summarize(runs("gpu"))
     assert on_gpu.suggested_workers == 4
