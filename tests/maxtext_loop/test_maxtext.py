@@ -186,7 +186,7 @@ def test_heavy_config_is_input_bound_and_gets_a_count_near_the_knee(
     if truth[rec.value] > truth[best] * (1 + WITHIN):
         # The machine's speed drifts over minutes, and two slow runs of one count move its
         # median: on 2026-11-28 the medians put 2 workers 28% behind 4 (302.3 against 236.8
-        # ms), and 14% an hour later, where 12 runs sampled from step 10 on had 2 and 4 within
+        # ms), and 14% an hour later, where 16 runs sampled from step 10 on had 2 and 4 within
         # 0-9% of each other run by run (236-253 against 234-275 ms; both keep 1.94-1.98
         # cores busy, and the slow runs spend more CPU on the same batch). Two more
         # interleaved rounds of the two counts compared, each by the median of 5.
