@@ -338,30 +338,6 @@ def run_profile(
     return logdir
 
 
-def _tree_cpu_s(root: int) -> tuple[float, float]:
-    """CPU seconds so far (user + system) of process ``root`` and of all its descendants
-    (Linux ``/proc``; a process that ended in between counts as 0)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        parents[pid] = int(fields[1])
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
-    below: list[int] = []
-    todo = [root]
-    while todo:
-        parent = todo.pop()
-        kids = [pid for pid, ppid in parents.items() if ppid == parent]
-        below += kids
-        todo += kids
-    return cpu.get(root, 0.0), sum(cpu.get(pid, 0.0) for pid in below)
-
-
 def run_sampled(
     config: Config, data: Path, workers: int, steps: int, out_dir: Path
 ) -> dict[str, Any]:
@@ -369,6 +345,9 @@ def run_sampled(
     line: from step :data:`WARMUP` to the last, the wall time per step (ms), the training
     process's CPU per step and its workers' (ms), and the cores the tree kept busy. Where
     :func:`run_plain`'s CPU includes startup, this is the steady steps' alone."""
+    # capture's own reading of a process tree's CPU (the training process, then the rest).
+    from traceinspect.capture._child.facts import tree_cpu_split_s
+
     proc = subprocess.Popen(
         train_command(config, data, workers, steps, out_dir),
         env=train_env(),
@@ -383,7 +362,9 @@ def run_sampled(
         tail = [*tail[-40:], line]
         found = _STEP_LINE.search(line)
         if found:
-            marks[int(found.group(1))] = (time.monotonic(), *_tree_cpu_s(proc.pid))
+            split = tree_cpu_split_s(proc.pid)
+            if split is not None:
+                marks[int(found.group(1))] = (time.monotonic(), *split)
     if proc.wait() != 0 or WARMUP not in marks:
         raise RuntimeError(f"MaxText exited {proc.returncode}: {''.join(tail)[-2000:]}")
     last = max(marks)

@@ -41,6 +41,13 @@ def _machine_busy_s() -> float | None:
 def _tree_cpu_s(root: int) -> float | None:
     """CPU seconds used so far by process ``root`` and every live descendant (Grain workers,
     a forkserver, the script's own pools), from /proc/<pid>/stat."""
+    split = tree_cpu_split_s(root)
+    return None if split is None else split[0] + split[1]
+
+
+def tree_cpu_split_s(root: int) -> tuple[float, float] | None:
+    """CPU seconds used so far by process ``root`` itself, and by its live descendants
+    together, from /proc/<pid>/stat; None where /proc or ``root`` is not there."""
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
     try:
@@ -64,12 +71,12 @@ def _tree_cpu_s(root: int) -> float | None:
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
+    below, todo = 0.0, list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += cpu.get(pid, 0.0)
+        below += cpu.get(pid, 0.0)
         todo += children.get(pid, [])
-    return total
+    return cpu[root], below
 
 
 # A cgroup v1 limit this large is "no limit" (the kernel writes LONG_MAX rounded to a page).
