@@ -14,27 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-from family_runs import SCRIPT, truth_ms
-
-STEPS = 300
-SWEEP_STEPS = 1500
+from apply_advice import STEPS, SWEEP_STEPS, run_tool
+from family_runs import truth_ms
 
 
 def sweep_figures(loop: list[str], workers: int) -> dict[str, float | int | None]:
     """One single-count sweep's untraced figure (ms), how many steps it timed, and the
     traced window's mean step (ms)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "traceinspect", "sweep", "--json"]
-        command += ["--worker-counts", str(workers), "--retime", "0"]
-        command += ["--logdir", str(Path(tmp) / "logs"), "--", sys.executable, str(SCRIPT)]
-        command += [*loop, "--workers", "{workers}", "--steps", str(SWEEP_STEPS)]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-    (run,) = json.loads(done.stdout)["runs"]
+    flags = ["--worker-counts", str(workers), "--retime", "0"]
+    swept = run_tool("sweep", flags, [*loop, "--workers", "{workers}"], None, "", SWEEP_STEPS)
+    if "runs" not in swept:
+        raise RuntimeError(f"traceinspect sweep failed: {swept.get('verdict')}")
+    (run,) = swept["runs"]
     return {
         "sweep_untraced_ms": run.get("untraced_step_ms"),
         "untraced_steps": run.get("untraced_steps"),
