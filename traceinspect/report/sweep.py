@@ -16,9 +16,11 @@ from traceinspect.sweep import (
     OK,
     TYPICAL,
     UNTRACED,
+    Scatter,
     SweepResult,
     SweepRun,
     choose,
+    counts_in_words,
     prediction_vs_measured,
 )
 from traceinspect.sweep._load import JSON_NAME
@@ -126,6 +128,9 @@ def render_sweep(result: SweepResult) -> str:
             "run's figure scatters, and the lowest of several is low by chance more often "
             "than not."
         )
+    scatter = result.scatter
+    if scatter is not None:
+        lines.append(scatter_sentence(scatter, result.tolerance))
     skewed = [
         r.workers
         for r in result.runs
@@ -152,6 +157,19 @@ def render_sweep(result: SweepResult) -> str:
         lines.append("")
         lines.extend(f"workers={workers}: {message}" for workers, message in notes)
     return "\n".join(lines)
+
+
+def scatter_sentence(scatter: Scatter, tolerance: float) -> str:
+    """The counts whose order the runs' own scatter leaves open (:class:`Scatter`)."""
+    return (
+        f"Within the runs' scatter: the two runs of {scatter.workers} workers read "
+        f"{_fmt_ms(scatter.first_ms)} and {_fmt_ms(scatter.second_ms)} ms, "
+        f"{scatter.fraction:.0%} apart, more than the {tolerance:.0%} that decides; "
+        f"{counts_in_words(scatter.within)} "
+        "workers lie within that of the best figure, in an order one run each does not "
+        "settle, and another sweep on this machine may choose another of them (more runs, "
+        "or a quieter machine, settle it)."
+    )
 
 
 def choice_sentence(result: SweepResult) -> str:

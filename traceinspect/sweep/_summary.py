@@ -203,6 +203,68 @@ class SweepRun:
 
 
 @dataclass(frozen=True)
+class Scatter:
+    """How far apart the two runs of a count the sweep timed again read, where that is more
+    than the tolerance that decides: the counts whose figures lie within it of the best are
+    then in an order one run each does not settle.
+
+    On this project's 2-core machine one plain run of a family loop at 4 workers read 9.5 to
+    14.6 ms over five rounds, and counts 3 to 6 had medians 10.7-12.0 ms in no stable order
+    (``sample_traces/scenarios/family/MEASUREMENTS.md``): a sweep there chose 3 twice and 4
+    once."""
+
+    #: The count whose two runs differed most, and its first and second figures (ms).
+    workers: int
+    first_ms: float
+    second_ms: float
+    #: ``|second - first| / min(first, second)``.
+    fraction: float
+    #: The counts (ascending) whose figure is within ``fraction`` of the best one.
+    within: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workers": self.workers,
+            "first_step_ms": self.first_ms,
+            "second_step_ms": self.second_ms,
+            "fraction": round(self.fraction, 4),
+            "within": list(self.within),
+        }
+
+
+def scatter_of(result: SweepResult) -> Scatter | None:
+    """:class:`Scatter` of a sweep compared by its untraced figures: the widest pair of runs
+    of one count, when it is wider than ``result.tolerance`` and more than one count lies
+    within it of the best figure. None otherwise (no count timed twice, or a scatter that
+    leaves the choice standing)."""
+    best = result.best_step_ms
+    if result.metric != UNTRACED or best is None or best <= 0:
+        return None
+    pairs = [
+        (r.workers, r.first_untraced_ms, r.untraced_ms)
+        for r in result.runs
+        if r.ok and r.first_untraced_ms and r.untraced_ms
+    ]
+    if not pairs:
+        return None
+
+    def apart(pair: tuple[int, float, float]) -> float:
+        return abs(pair[2] - pair[1]) / min(pair[1], pair[2])
+
+    widest = max(pairs, key=lambda pair: (apart(pair), -pair[0]))
+    fraction = apart(widest)
+    limit = best * (1 + fraction) * (1 + 1e-12)
+    within = tuple(
+        r.workers
+        for r in result.runs
+        if r.ok and (t := r.untraced_ms) is not None and 0 < t <= limit
+    )
+    if fraction <= result.tolerance or len(within) < 2:
+        return None
+    return Scatter(widest[0], widest[1], widest[2], fraction, within)
+
+
+@dataclass(frozen=True)
 class SweepResult:
     """Every run of a sweep, sorted by worker count, and the count it recommends.
 
@@ -230,6 +292,11 @@ class SweepResult:
     @property
     def best_step_ms(self) -> float | None:
         return None if self.best is None else self.run(self.best).step_ms(self.metric)
+
+    @property
+    def scatter(self) -> Scatter | None:
+        """:func:`scatter_of` this result."""
+        return scatter_of(self)
 
     def vs_best(self, run: SweepRun) -> float | None:
         """The run's step time over the best one (by ``metric``)."""
@@ -324,6 +391,7 @@ class SweepResult:
             "chosen": self.chosen,
             "best": self.best,
             "best_step_ms": self.best_step_ms,
+            "scatter": None if (scatter := self.scatter) is None else scatter.to_dict(),
             "runs": runs,
         }
 
@@ -456,4 +524,17 @@ def prediction_vs_measured(result: SweepResult) -> str | None:
         "other: the measured count wins"
     )
     runs = ", ".join(f"{w}" for w, _ in off)
+    scatter = result.scatter
+    if scatter is not None and all(p in scatter.within for _, p in off):
+        return (
+            f"{head}; from the run(s) at {runs} it differs from the measured {knee}, within "
+            f"the runs' own scatter: the sweep does not settle the order of "
+            f"{counts_in_words(scatter.within)} workers either."
+        )
     return f"{head}; from the run(s) at {runs} it differs from the measured {knee}: {why}."
+
+
+def counts_in_words(counts: Sequence[int]) -> str:
+    """``3, 4 and 6``."""
+    words = [str(c) for c in counts]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
