@@ -87,6 +87,8 @@ def test_bundled_sweep_loads_with_its_choice() -> None:
     # ... and before it timed a count again.
     assert [r.pop("first_untraced_step_ms") for r in out["runs"]] == [None] * 3
     assert out.pop("metric_note") is None
+    # ... and before it named the counts within its runs' scatter (none without second runs).
+    assert out.pop("scatter") is None
     assert out == saved
     assert result.chosen == saved["chosen"] == 2
     assert [r.workers for r in result.runs] == [0, 1, 2]
