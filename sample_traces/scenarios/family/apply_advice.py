@@ -7,7 +7,9 @@ captures (``traceinspect capture --logdir D -- python train_family.py ARGS``), e
 count: ``--workers N``; a per-step read to remove: ``--read none``), and the loop so changed is
 timed without the profiler (best of ``--truth`` runs, the mean host step from step 60 to the
 drained end, as ``MEASUREMENTS.md``). The advice holds when the measured step lies within 20%
-of the step it expected. Advice that no argument applies (a stage to make cheaper) is
+of the step it expected (with ``--truth-each``, each capture's advice is timed right after
+that capture: this machine's speed drifts by 20% within an hour, and a prediction is held to
+the step of the same minutes). Advice that no argument applies (a stage to make cheaper) is
 recorded as such. With ``--sweep 1,2,3,4``, the worker counts are timed too (the knee: the
 smallest count within 10% of the best), and each worker count the captures advised is set
 against it ([knee, knee + 2] agrees). ``--isolate N`` runs ``traceinspect isolate`` N times on
@@ -90,6 +92,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--truth", type=int, default=2, help="runs without the profiler")
+    parser.add_argument(
+        "--truth-each",
+        action="store_true",
+        help="time the advice of each capture right after it (best of --truth runs), not once "
+        "per configuration: this machine's speed drifts by 20%% within an hour",
+    )
     parser.add_argument("--sweep", default="", help="worker counts to time, e.g. 1,2,3,4")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--keep", type=Path, help="keep each capture in KEEP/NAME-N")
@@ -100,12 +108,16 @@ def main() -> None:
     args = parser.parse_args()
     timed: dict[str, list[float]] = {}
 
-    def best(cli: list[str]) -> float:
+    def best(cli: list[str], fresh: bool = False) -> float:
+        """The best of ``--truth`` plain runs of the loop (timed once and kept, or, with
+        ``fresh``, timed anew now and added to the runs kept)."""
         key = " ".join(cli)
-        while len(timed.setdefault(key, [])) < args.truth:
-            timed[key].append(round(truth_ms(cli, STEPS), 3))
-            print(f"  timed {key}: {timed[key][-1]:.2f} ms", flush=True)
-        return min(timed[key])
+        runs = timed.setdefault(key, [])
+        want = len(runs) + args.truth if fresh else args.truth
+        while len(runs) < want:
+            runs.append(round(truth_ms(cli, STEPS), 3))
+            print(f"  timed {key}: {runs[-1]:.2f} ms", flush=True)
+        return min(runs[-args.truth :]) if fresh else min(runs)
 
     record: dict[str, Any] = {
         "stack": {"python": platform.python_version(), **_versions()},
@@ -136,7 +148,7 @@ def main() -> None:
             }
             fixed = applied(cli, first)
             if fixed is not None and got["expected_step_ms"]:
-                measured = best(fixed)
+                measured = best(fixed, fresh=args.truth_each)
                 got["applied"] = fixed
                 got["applied_step_ms"] = measured
                 got["off_by"] = round(measured / got["expected_step_ms"] - 1, 3)
