@@ -121,12 +121,11 @@ def render_sweep(result: SweepResult) -> str:
         )
     again = [r.workers for r in result.runs if r.first_untraced_ms is not None]
     if again:
-        counts = " and ".join(map(str, again))
         lines.append(
-            f"Timed again: {counts} workers (the best untraced figure, and the count chosen "
-            "where it differed): the figure is the second run's, the first's in brackets; one "
-            "run's figure scatters, and the lowest of several is low by chance more often "
-            "than not."
+            f"Timed again: {counts_in_words(again)} workers (the best untraced figure, and the "
+            "count chosen where it differed): the figure is the second run's, the first's in "
+            "brackets; one run's figure scatters, and the lowest of several is low by chance "
+            "more often than not."
         )
     scatter = result.scatter
     if scatter is not None:
