@@ -15,7 +15,13 @@ smallest count within 10% of the best), and each worker count the captures advis
 against it ([knee, knee + 2] agrees). ``--isolate N`` runs ``traceinspect isolate`` N times on
 each configuration and times the worker count it gives as the captures' is timed;
 ``--tool-sweep 0,1,2,3`` runs ``traceinspect sweep`` over those counts (``--sweep-repeats``
-times): the three commands' counts side by side. Run from the repository root, on a quiet machine::
+times): the three commands' counts side by side. ``--baselines`` times each configuration
+also without its per-step read (``--read none``) and, without it, on pre-built batches
+(``--synthetic``: the device's step): the
+truth a read's verdict is judged by. ``--extra "--device-repeat 23"`` adds arguments to every
+run (an accelerator's step sized like the CPU machine's: ``sample_traces/gpu/``), and
+``--deadline-s`` stops taking new captures once that many seconds have passed, keeping what
+it has (one lease of a GPU machine). Run from the repository root, on a quiet machine::
 
     python sample_traces/scenarios/family/apply_advice.py --out \\
         sample_traces/scenarios/family/apply_advice-3.11.json
@@ -27,9 +33,11 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +112,17 @@ def main() -> None:
     parser.add_argument("--isolate", type=int, default=0, help="traceinspect isolate runs")
     parser.add_argument("--tool-sweep", default="", help="traceinspect sweep's worker counts")
     parser.add_argument("--sweep-repeats", type=int, default=1, help="traceinspect sweep runs")
+    parser.add_argument(
+        "--baselines",
+        action="store_true",
+        help="time each configuration also without its read and on pre-built batches",
+    )
+    parser.add_argument("--extra", default="", help="arguments added to every run, quoted")
+    parser.add_argument("--deadline-s", type=float, help="take no capture after this many s")
     parser.add_argument("names", nargs="*", default=list(CONFIGS))
     args = parser.parse_args()
+    extra = shlex.split(args.extra)
+    stop_at = None if args.deadline_s is None else time.monotonic() + args.deadline_s
     timed: dict[str, list[float]] = {}
 
     def best(cli: list[str], fresh: bool = False) -> float:
@@ -126,9 +143,17 @@ def main() -> None:
         "configs": {},
         "timed_ms": timed,
     }
+    if extra:
+        record["extra"] = extra
     for name in args.names:
-        cli = CONFIGS[name]
+        if stop_at is not None and time.monotonic() > stop_at:
+            record["cut_at_deadline"] = True
+            break
+        cli = [*CONFIGS[name], *extra]
         entry: dict[str, Any] = {"args": cli, "step_ms": best(cli), "captures": []}
+        if args.baselines:
+            entry["without_read_ms"] = best(_set(cli, "--read", "none"))
+            entry["prebuilt_ms"] = best([*_set(cli, "--read", "none"), "--synthetic"])
         if args.sweep and "--workers" in cli:
             counts = [int(c) for c in args.sweep.split(",")]
             steps = {c: best(_set(cli, "--workers", str(c))) for c in counts}
@@ -136,6 +161,9 @@ def main() -> None:
             entry["sweep_ms"] = steps
             entry["knee"] = min(c for c, ms in steps.items() if ms <= fastest * KNEE)
         for i in range(args.repeats):
+            if stop_at is not None and time.monotonic() > stop_at:
+                record["cut_at_deadline"] = True
+                break
             keep = None if args.keep is None else args.keep / f"{name}-{i + 1}"
             result = capture_and_analyze(cli, STEPS, keep)
             first = (result.get("recommendations") or [{}])[0]
@@ -158,6 +186,8 @@ def main() -> None:
                 got["count_agrees"] = knee <= (first.get("value") or 0) <= knee + 2
             entry["captures"].append(got)
             print(f"{name} {i + 1}/{args.repeats}: {json.dumps(got)}", flush=True)
+            record["configs"][name] = entry
+            args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         record["configs"][name] = entry
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         for i in range(args.isolate):
