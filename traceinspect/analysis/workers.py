@@ -82,6 +82,11 @@ class WorkerInputs:
     #: pipeline in workers or in the training process). It stands where it is the higher.
     host_floor_ms: float | None = None
     host_floor_basis: str | None = None
+    #: The step a loop that reads a device value every step runs at with its input free
+    #: (ms): its read, its own work and the device's then run one after another, so the
+    #: loop needs a batch no more often than that. None where the loop does not read every
+    #: step (or the run is sync-bound, whose advice says the read limits).
+    read_floor_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -208,21 +213,19 @@ def recommend_workers(
     holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
     change of count frees cores or memory but leaves the step as it is, and says so.
     ``read_floor_ms``: the step the loop runs at with its input free while it still reads a
-    device value every step (its steps then run one after another: the read, the host's work,
-    the device's): the expected step is never below it, and the message says the read then
-    limits (a slow pipeline under a per-step read: 2 workers were expected to give 9.0-12.7
-    ms a step and gave 13.8, the read-every-step loop's own pace)."""
+    device value every step (``WorkerInputs.read_floor_ms``, which it replaces when given):
+    workers are sized to deliver a batch at that pace, not the device's, and the expected
+    step is never below it; the message then says the read limits (a slow pipeline under a
+    per-step read: 2 workers were expected to give 9.0-12.7 ms a step and gave 13.8, the
+    read-every-step loop's own pace; sized by the device's 8.3 ms on a GPU, 7 workers where
+    4 ran within 2% of the best, 10.1 ms at 4 against 9.96 at 7)."""
+    if read_floor_ms is not None:
+        inputs = replace(inputs, read_floor_ms=read_floor_ms)
     rec = _recommend(inputs)
     if not input_limits and rec["value"] is not None:
         rec["expected_step_ms"] = round(inputs.step_ms, 3)
         rec["unchanged"] = True
-    elif (
-        read_floor_ms is not None
-        and rec["value"] is not None
-        and rec["expected_step_ms"] < read_floor_ms
-    ):
-        rec["expected_step_ms"] = round(read_floor_ms, 3)
-        rec["read_limits"] = True
+        rec.pop("read_limits", None)
     return Recommendation(
         GRAIN_WORKER_COUNT,
         _message(rec, inputs.maxtext),
@@ -373,13 +376,23 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     # ms at 4-5 workers by the device alone, measured 16.3-16.9).
     cpu_ms = inputs.host_cpu_ms_per_step if m == 0 else None
     floor, measured_floor = _host_floor(inputs, cpu_ms)
-    pace = max(d, floor)
+    paced_by = (
+        f"the device needs one every {d:.2f} ms"
+        if floor <= d
+        else f"{inputs.host_floor_basis} allow a step every {floor:.2f} ms at best"
+        if measured_floor
+        else f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
+        f"allows a step every {floor:.2f} ms at best"
+    )
+    pace, paced_by, by_read = _pace(inputs, floor, paced_by)
     needed = max(1, math.ceil(cost * HEADROOM / pace))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
     rec["expected_step_ms"] = round(max(pace, cost / value), 3)
+    if by_read and pace >= cost / value:
+        rec["read_limits"] = True
     made = (
         f"one batch costs a worker {cost:.2f} ms ({m} worker(s) x {inputs.step_ms:.2f} ms/step)"
         if m >= 1
@@ -392,14 +405,6 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         )
         if in_threads
         else f"the training thread spends {cost:.2f} ms/step making each batch"
-    )
-    paced_by = (
-        f"the device needs one every {d:.2f} ms"
-        if floor <= d
-        else f"{inputs.host_floor_basis} allow a step every {pace:.2f} ms at best"
-        if measured_floor
-        else f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
-        f"allows a step every {pace:.2f} ms at best"
     )
     reason = f"{made}; {paced_by}, so {needed} worker(s) with {HEADROOM - 1:.0%} headroom"
     share = inputs.stage_cpu_share
@@ -439,6 +444,27 @@ def _host_floor(inputs: WorkerInputs, cpu_ms: float | None) -> tuple[float, bool
     return floor, False
 
 
+def _pace(inputs: WorkerInputs, floor: float, paced_by: str) -> tuple[float, str, bool]:
+    """How often the loop needs a batch (ms), in words, and whether a per-step read sets it.
+
+    ``floor``: the host's floor (``_host_floor``) and ``paced_by`` the words for the larger
+    of it and the device's work. A loop that reads a device value every step runs its read,
+    its own work and the device's one after another, so its read floor
+    (``inputs.read_floor_ms``, which holds the device's work) stands in for the device's
+    work where it is higher."""
+    read = inputs.read_floor_ms
+    pace = max(inputs.device_busy_ms, floor)
+    if read is None or read <= pace:
+        return pace, paced_by, False
+    return (
+        read,
+        f"the loop reads a device value every step, so its steps run one after another (the "
+        f"device's {inputs.device_busy_ms:.2f} ms of work among them) and need one every "
+        f"{read:.2f} ms",
+        True,
+    )
+
+
 def _from_measurement(
     inputs: WorkerInputs, rec: dict[str, Any], measured: WorkerMeasurement
 ) -> dict[str, Any]:
@@ -468,7 +494,16 @@ def _from_measurement(
     # step spread over its cores (the CPU floor: on the scenario family it matched the best
     # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
     floor, measured_floor = _host_floor(inputs, measured.host_cpu_ms_per_step)
-    d = max(inputs.device_busy_ms, floor)
+    if floor <= inputs.device_busy_ms:
+        paced_by = f"the device needs one every {inputs.device_busy_ms:.2f} ms"
+    elif measured_floor:
+        paced_by = f"{inputs.host_floor_basis} allow a step every {floor:.2f} ms at best"
+    else:
+        paced_by = (
+            f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
+            f"{inputs.cpus} core(s)) allows a step every {floor:.2f} ms at best"
+        )
+    d, paced_by, by_read = _pace(inputs, floor, paced_by)
     needed = max(1, math.ceil(w * HEADROOM / d))
     enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
     if enough:
@@ -487,6 +522,8 @@ def _from_measurement(
     rec["value"] = value
     rec["bounded_by"] = bound
     rec["expected_step_ms"] = round(max(d, w / value, cpu_ms / cores), 3)
+    if by_read and d >= max(w / value, cpu_ms / cores):
+        rec["read_limits"] = True
     rec["measured"] = {
         "batch_ms": round(w, 3),
         "handover_ms": round(handover, 3),
@@ -504,15 +541,6 @@ def _from_measurement(
         if waits
         else f"workers are CPU-bound in preprocessing ({on_cpu})"
     )
-    if floor <= inputs.device_busy_ms:
-        paced_by = f"the device needs one every {d:.2f} ms"
-    elif measured_floor:
-        paced_by = f"{inputs.host_floor_basis} allow a step every {d:.2f} ms at best"
-    else:
-        paced_by = (
-            f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
-            f"{inputs.cpus} core(s)) allows a step every {d:.2f} ms at best"
-        )
     sized = (
         f"{m} already deliver one every {w / m:.2f} ms, within {KNEE_TOLERANCE - 1:.0%} of that"
         if enough
