@@ -1,7 +1,8 @@
 """Every bundled trace has its expected verdict in sample_traces/manifest.json, and gets it.
 
 The expectations come from measurements made without the profiler (each entry names where);
-the family's worker-count entries check the recommendation against the measured knee."""
+the family's worker-count entries check the recommendation against the measured knee, and
+where the steps at each count were timed, its expected step against the step at its count."""
 
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ def test_bundled_trace_gets_its_verdict(entry: dict[str, Any]) -> None:
             assert analysis.cause_fractions["input"] < MATTERS, analysis.cause_fractions
         else:
             assert knee <= rec.value <= knee + 2, (knee, rec)
+            timed = entry.get("workers_ms")
+            if timed is not None:
+                # Applying the advice lands within 20% of the step it expects.
+                assert rec.expected_step_ms is not None
+                at = timed[str(rec.value)]
+                assert rec.expected_step_ms == pytest.approx(at, rel=0.20), (at, rec)
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "pod" in e], ids=lambda e: e["path"])
