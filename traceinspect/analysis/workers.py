@@ -376,15 +376,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     # ms at 4-5 workers by the device alone, measured 16.3-16.9).
     cpu_ms = inputs.host_cpu_ms_per_step if m == 0 else None
     floor, measured_floor = _host_floor(inputs, cpu_ms)
-    paced_by = (
-        f"the device needs one every {d:.2f} ms"
-        if floor <= d
-        else f"{inputs.host_floor_basis} allow a step every {floor:.2f} ms at best"
-        if measured_floor
-        else f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
-        f"allows a step every {floor:.2f} ms at best"
-    )
-    pace, paced_by, by_read = _pace(inputs, floor, paced_by)
+    pace, paced_by, by_read = _pace(inputs, floor, measured_floor, cpu_ms)
     needed = max(1, math.ceil(cost * HEADROOM / pace))
     value, bound, by_cores, by_memory = _capped(inputs, needed)
     rec["value"] = value
@@ -444,18 +436,29 @@ def _host_floor(inputs: WorkerInputs, cpu_ms: float | None) -> tuple[float, bool
     return floor, False
 
 
-def _pace(inputs: WorkerInputs, floor: float, paced_by: str) -> tuple[float, str, bool]:
+def _pace(
+    inputs: WorkerInputs, floor: float, measured_floor: bool, cpu_ms: float | None
+) -> tuple[float, str, bool]:
     """How often the loop needs a batch (ms), in words, and whether a per-step read sets it.
 
-    ``floor``: the host's floor (``_host_floor``) and ``paced_by`` the words for the larger
-    of it and the device's work. A loop that reads a device value every step runs its read,
-    its own work and the device's one after another, so its read floor
-    (``inputs.read_floor_ms``, which holds the device's work) stands in for the device's
-    work where it is higher."""
+    The device's work, or the host's floor where higher (``_host_floor``'s figure, whether it
+    was measured otherwise, and the host's CPU work per step it came from). A loop that reads
+    a device value every step runs its read, its own work and the device's one after another,
+    so its read floor (``inputs.read_floor_ms``, which holds the device's work) stands in
+    where it is higher still."""
+    d = inputs.device_busy_ms
     read = inputs.read_floor_ms
-    pace = max(inputs.device_busy_ms, floor)
-    if read is None or read <= pace:
-        return pace, paced_by, False
+    if read is None or read <= max(d, floor):
+        if floor <= d:
+            return d, f"the device needs one every {d:.2f} ms", False
+        if measured_floor:
+            basis = f"{inputs.host_floor_basis} allow"
+        else:
+            basis = (
+                f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
+                "allows"
+            )
+        return floor, f"{basis} a step every {floor:.2f} ms at best", False
     return (
         read,
         f"the loop reads a device value every step, so its steps run one after another (the "
@@ -494,16 +497,7 @@ def _from_measurement(
     # step spread over its cores (the CPU floor: on the scenario family it matched the best
     # step a 1-8 worker sweep measured, within 4%, for all three record kinds).
     floor, measured_floor = _host_floor(inputs, measured.host_cpu_ms_per_step)
-    if floor <= inputs.device_busy_ms:
-        paced_by = f"the device needs one every {inputs.device_busy_ms:.2f} ms"
-    elif measured_floor:
-        paced_by = f"{inputs.host_floor_basis} allow a step every {floor:.2f} ms at best"
-    else:
-        paced_by = (
-            f"the host's CPU work per step ({measured.host_cpu_ms_per_step or 0:.2f} ms on "
-            f"{inputs.cpus} core(s)) allows a step every {floor:.2f} ms at best"
-        )
-    d, paced_by, by_read = _pace(inputs, floor, paced_by)
+    d, paced_by, by_read = _pace(inputs, floor, measured_floor, measured.host_cpu_ms_per_step)
     needed = max(1, math.ceil(w * HEADROOM / d))
     enough = m >= 1 and needed > m and w / m <= d * KNEE_TOLERANCE
     if enough:
