@@ -20,8 +20,8 @@ also without its per-step read (``--read none``) and, without it, on pre-built b
 (``--synthetic``: the device's step): the
 truth a read's verdict is judged by. ``--extra "--device-repeat 23"`` adds arguments to every
 run (an accelerator's step sized like the CPU machine's: ``sample_traces/gpu/``), and
-``--deadline-s`` stops taking new captures once that many seconds have passed, keeping what
-it has (one lease of a GPU machine). Run from the repository root, on a quiet machine::
+``--deadline-s`` starts no capture, ``isolate`` or ``sweep`` once that many seconds have passed,
+keeping what it has (one lease of a GPU machine). Run from the repository root, on a quiet machine::
 
     python sample_traces/scenarios/family/apply_advice.py --out \\
         sample_traces/scenarios/family/apply_advice-3.11.json
@@ -118,12 +118,21 @@ def main() -> None:
         help="time each configuration also without its read and on pre-built batches",
     )
     parser.add_argument("--extra", default="", help="arguments added to every run, quoted")
-    parser.add_argument("--deadline-s", type=float, help="take no capture after this many s")
+    parser.add_argument(
+        "--deadline-s", type=float, help="start no capture, isolate or sweep after this many s"
+    )
     parser.add_argument("names", nargs="*", default=list(CONFIGS))
     args = parser.parse_args()
     extra = shlex.split(args.extra)
     stop_at = None if args.deadline_s is None else time.monotonic() + args.deadline_s
     timed: dict[str, list[float]] = {}
+
+    def late() -> bool:
+        """Past ``--deadline-s``: no new capture, isolate or sweep run (recorded as such)."""
+        if stop_at is None or time.monotonic() <= stop_at:
+            return False
+        record["cut_at_deadline"] = True
+        return True
 
     def best(cli: list[str], fresh: bool = False) -> float:
         """The best of ``--truth`` plain runs of the loop (timed once and kept, or, with
@@ -146,8 +155,7 @@ def main() -> None:
     if extra:
         record["extra"] = extra
     for name in args.names:
-        if stop_at is not None and time.monotonic() > stop_at:
-            record["cut_at_deadline"] = True
+        if late():
             break
         cli = [*CONFIGS[name], *extra]
         entry: dict[str, Any] = {"args": cli, "step_ms": best(cli), "captures": []}
@@ -161,8 +169,7 @@ def main() -> None:
             entry["sweep_ms"] = steps
             entry["knee"] = min(c for c, ms in steps.items() if ms <= fastest * KNEE)
         for i in range(args.repeats):
-            if stop_at is not None and time.monotonic() > stop_at:
-                record["cut_at_deadline"] = True
+            if late():
                 break
             keep = None if args.keep is None else args.keep / f"{name}-{i + 1}"
             result = capture_and_analyze(cli, STEPS, keep)
@@ -191,6 +198,8 @@ def main() -> None:
         record["configs"][name] = entry
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         for i in range(args.isolate):
+            if late():
+                break
             iso = run_tool("isolate", [], cli, args.keep, f"{name}-isolate-{i + 1}")
             count = iso.get("suggested_workers")
             expected = (iso.get("workers") or {}).get("expected_step_ms")
@@ -212,6 +221,8 @@ def main() -> None:
             print(f"{name} isolate {i + 1}/{args.isolate}: {json.dumps(got)}", flush=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         for i in range(args.sweep_repeats if args.tool_sweep and "--workers" in cli else 0):
+            if late():
+                break
             flags = ["--worker-counts", args.tool_sweep]
             # A script long enough for sweep's untraced steps after each window: it stops
             # each run once they are timed.
