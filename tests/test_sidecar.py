@@ -61,8 +61,8 @@ def test_written_keys_are_declared(path: Path) -> None:
 
 #: Fields newer than every bundled capture, each checked in a real capture by the test named.
 #: (The MaxText captures, sample_traces/maxtext/, hold the worker's and the host's newest
-#: fields; the GPU's per-step reads, sample_traces/gpu/read_*/, ``maxtext`` and the window's
-#: ``untraced_after``.)
+#: fields; the GPU's per-step reads, sample_traces/gpu/read_*/, hold ``maxtext`` and the
+#: window's ``untraced_after``.)
 NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     # Written by isolate's phases only: tests/capture/test_isolate_runs.py.
     SC.StepJSON: {"cpu_ms"},

@@ -462,7 +462,7 @@ def _pace(
     return (
         read,
         f"the loop reads a device value every step, so its steps run one after another (the "
-        f"device's {inputs.device_busy_ms:.2f} ms of work among them) and need one every "
+        f"device's {d:.2f} ms of work among them) and need one every "
         f"{read:.2f} ms",
         True,
     )
