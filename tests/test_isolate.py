@@ -120,6 +120,68 @@ def test_a_slower_real_step_waiting_nowhere_is_the_pipelines_competition_for_the
     assert "Move input work off the training thread" not in judged.reason
 
 
+# The family's two light workers (--record light --workers 2) under isolate while another
+# process held one of the 2 cores (isolate_light-4.json, the first loaded run): no read, 0.12
+# ms a step in next(), the workers 2.14 ms of CPU a batch, 1.0 core taken by the other process.
+_LIGHT_W2 = {
+    "input_wait_ms": 0.116,
+    "host_read_ms": 0.0,
+    "host_reads_per_step": 0.0,
+    "workers": 2,
+    "workers_cpu_share": 0.258,
+    "cores": 2,
+    "host_cpu_ms_per_step": 14.831,
+    "workers_cpu_ms_per_batch": 2.138,
+    "target_cpu_ms_per_step": 13.887,
+    "cpu_backend": True,
+    "others_cpu_cores": 1.0,
+}
+
+
+def test_on_xlas_cpu_backend_the_workers_share_of_the_cores_is_the_devices_pace() -> None:
+    # Real 16.76 ms against a 13.79 ms target (1.21x): the workers' 2.14 ms a batch on the 1
+    # free core puts the step at 13.79 + 2.14 = 15.93 ms, and 16.76 <= 15.93 x 1.20.
+    judged = judge(13.794, 3.809, 16.756, evidence=_evidence(**_LIGHT_W2))
+    assert judged.verdict == "device-bound"
+    assert judged.cores_share_ms == pytest.approx(2.138)
+    assert judged.rule.endswith(
+        "on XLA's CPU backend the workers' 2.14 ms of CPU per batch on 1.0 free core(s): "
+        "real <= (target + 2.14 ms) x 1.20 (16.76 <= 19.12 ms)"
+    )
+    assert "the step with free input plus that share: 15.93 ms" in judged.reason
+    # On a quiet machine the same workers take half as much of each of 2 cores.
+    quiet = _evidence(**{**_LIGHT_W2, "others_cpu_cores": 0.05})
+    assert quiet.free_cores == pytest.approx(1.95)
+    assert quiet.workers_on_cores_ms == pytest.approx(2.138 / 1.95)
+    # Beyond that share: host-bound, the share in the rule and the words.
+    beyond = judge(13.794, 3.809, 19.5, evidence=_evidence(**_LIGHT_W2))
+    assert beyond.verdict == "host-bound" and beyond.cores_share_ms == pytest.approx(2.138)
+    assert "real > (target + 2.14 ms) x 1.20 (19.50 > 19.12 ms)" in beyond.rule
+    assert "more than the workers' 2.14 ms of CPU per batch" in beyond.reason
+    # On an accelerator the workers do not take the device's time: host-bound as before.
+    for backend in (False, None):
+        on_gpu = judge(
+            13.794, 3.809, 16.756, evidence=_evidence(**{**_LIGHT_W2, "cpu_backend": backend})
+        )
+        assert on_gpu.verdict == "host-bound" and on_gpu.cores_share_ms == 0.0
+    # Without workers, or without their CPU measured, nothing is credited.
+    for given in ({"workers": 0}, {"workers_cpu_ms_per_batch": None}, {"cores": None}):
+        alone = judge(13.794, 3.809, 16.756, evidence=_evidence(**{**_LIGHT_W2, **given}))
+        assert alone.verdict == "host-bound" and alone.cores_share_ms == 0.0
+    # A loop that waits in next() is not credited (its loss is on its own thread), nor one
+    # that waits in reads (sync-bound).
+    waits = _evidence(**{**_LIGHT_W2, "input_wait_ms": 2.0})
+    assert judge(13.794, 3.809, 16.756, evidence=waits).verdict == "host-bound"
+    reads = _evidence(**{**_LIGHT_W2, "host_read_ms": 5.0, "host_reads_per_step": 1.0})
+    assert judge(13.794, 3.809, 16.756, evidence=reads).verdict == "sync-bound"
+
+
+def test_the_free_cores_are_at_least_one_and_at_most_the_cores() -> None:
+    assert _evidence(cores=2, others_cpu_cores=1.9).free_cores == 1.0
+    assert _evidence(cores=4, others_cpu_cores=None).free_cores == 4.0
+    assert _evidence(cores=None, others_cpu_cores=0.5).free_cores is None
+
+
 def test_without_evidence_the_guide_rule_alone_decides() -> None:
     assert judge(12.0, 5.0, 17.0).verdict == "sync-bound"
 
@@ -560,6 +622,71 @@ def test_a_verdict_near_its_margin_says_so() -> None:
     assert summarize(runs(12.828, 15.571)).notes == ()
 
 
+def _light_worker_runs(target: float, real: float, others: float) -> dict[str, PhaseRun]:
+    """The family's two light workers on XLA's CPU backend, as the phases report them: the
+    workers 2.14 ms of CPU a batch, ``others`` cores taken by another process."""
+    worker = {
+        "index": 0,
+        "pid": 1,
+        "wall_s": 1.0,
+        "elements": 100,
+        "produce_s": 0.3,
+        "blocked_s": 0.7,
+        "cpu_s": 0.2138,
+        "cpu_wait_s": 0.0,
+        "rss_bytes": None,
+        "timed_elements": True,
+    }
+    measured = {
+        "window_s": 1.0,
+        "batches": 100,
+        "elements": 100,
+        "main_process_cpu_s": 0.05,
+        "workers": [worker],
+    }
+    grain = {"worker_count": 2, "workers_measured": measured}
+
+    def run(phase: str, ms: float) -> PhaseRun:
+        return _run(phase, [900.0, ms, ms, ms], grain=grain, others=others, platform="cpu")
+
+    return {
+        "target": run("target", target),
+        "loader": run("loader", 3.8),
+        "real": run("real", real),
+    }
+
+
+def test_the_next_best_runs_are_judged_with_the_workers_share_of_the_cores() -> None:
+    # Loaded (isolate_light-4.json's first run): both the best runs (16.76 against 13.79 +
+    # 2.14 ms) and the next best (17.26 against 13.86 + 2.14) lie within 20%: device-bound,
+    # settled, clear of the margin.
+    def isolate(targets: list[float], reals: list[float], others: float) -> Any:
+        return summarize(
+            _light_worker_runs(targets[0], reals[0], others),
+            runs_ms={"target": targets, "loader": [3.809, 3.901], "real": reals},
+        )
+
+    loaded = isolate([13.794, 13.861], [16.756, 17.255], 1.0)
+    assert loaded.evidence.workers_cpu_ms_per_batch == pytest.approx(2.138)
+    assert loaded.evidence.others_cpu_cores == 1.0
+    assert loaded.verdict == "device-bound" and loaded.next_best_verdict == "device-bound"
+    assert not any(n.startswith("near the verdict's margin") for n in loaded.notes)
+    assert loaded.to_dict()["evidence"]["others_cpu_cores"] == 1.0
+    # A next-best real run across the margin of the credited step: no verdict.
+    quiet = isolate([7.722, 7.785], [9.588, 11.147], 0.05)
+    assert quiet.verdict == "unknown" and quiet.next_best_verdict == "host-bound"
+    # Both sides within it, a cross pairing beyond: the note names the credited step.
+    near = isolate([13.794, 14.2], [16.756, 19.3], 1.0)
+    assert near.verdict == "device-bound" and near.next_best_verdict == "device-bound"
+    assert any(
+        n.startswith(
+            "near the verdict's margin (1.20x): by the best two runs of each phase, the real "
+            "step 1.03-1.21x the target step plus the workers' 2.14 ms on the cores"
+        )
+        for n in near.notes
+    )
+
+
 # --- error paths, end to end (tiny scripts, no jax) -------------------------------------------
 
 
@@ -775,7 +902,8 @@ def test_runs_that_disagree_get_more_rounds_and_no_verdict_if_they_still_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The real step swings between 11 and 13.5 ms against a 10 ms target (tolerance 12 ms):
-    # the best runs read device-bound, the next best sync-bound, round after round.
+    # the best runs read device-bound, the next best host-bound (the runs' evidence: no
+    # wait in reads), round after round.
     quiet = 0.05
     real = [(11.0, quiet), (13.5, quiet), (13.6, quiet), (13.4, quiet)]
     order = _fake_phases(
@@ -787,9 +915,9 @@ def test_runs_that_disagree_get_more_rounds_and_no_verdict_if_they_still_do(
         _script(tmp_path), logdir=tmp_path / "logs", progress=events.append
     )
     assert order == ["target", "loader", "real"] * 4  # 2 rounds, then the 2 extra
-    assert result.verdict == "unknown" and result.next_best_verdict == "sync-bound"
+    assert result.verdict == "unknown" and result.next_best_verdict == "host-bound"
     assert result.suggested_workers is None
-    assert "best run of each phase reads device-bound, the next best sync-bound" in result.reason
+    assert "best run of each phase reads device-bound, the next best host-bound" in result.reason
     assert "real step 11.00 / 13.40 / 13.50 / 13.60 ms" in result.reason
     assert result.phases[2].runs_ms == (11.0, 13.4, 13.5, 13.6)
     assert result.phases[2].spread == pytest.approx(2.6 / 11.0)
