@@ -672,6 +672,11 @@ def test_the_next_best_runs_are_judged_with_the_workers_share_of_the_cores() -> 
     assert loaded.verdict == "device-bound" and loaded.next_best_verdict == "device-bound"
     assert not any(n.startswith("near the verdict's margin") for n in loaded.notes)
     assert loaded.to_dict()["evidence"]["others_cpu_cores"] == 1.0
+    # Within 20% of the target step itself, the margin that counts is still the credited
+    # step's: a next-best real run 1.21x its target is no note.
+    plain = isolate([13.794, 14.0], [15.5, 16.94], 1.0)
+    assert plain.verdict == "device-bound" and plain.rule.startswith("loader <= target")
+    assert not any(n.startswith("near the verdict's margin") for n in plain.notes)
     # A next-best real run across the margin of the credited step: no verdict.
     quiet = isolate([7.722, 7.785], [9.588, 11.147], 0.05)
     assert quiet.verdict == "unknown" and quiet.next_best_verdict == "host-bound"

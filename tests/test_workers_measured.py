@@ -351,3 +351,16 @@ def test_the_read_floor_is_the_low_tail_of_the_steps_less_their_wait() -> None:
     assert _read_floor_ns(per_step) == pytest.approx(10e6)
     per_step[S.DEVICE_WORK_NS] = np.full(10, 11e6)
     assert _read_floor_ns(per_step) == pytest.approx(11e6)
+
+
+def test_the_read_floor_leaves_out_steps_without_device_work() -> None:
+    # A window of five steps whose first is a 0.9 ms sliver before the device's first work
+    # (the kept GPU captures hold one): it would set the 10th percentile by itself.
+    wall = np.array([0.9, 12.0, 11.0, 11.5, 12.5]) * 1e6
+    device = np.array([0.0, 8.0, 8.0, 8.0, 8.0]) * 1e6
+    per_step = {S.WALL_NS: wall, S.INPUT_WORK_NS: np.zeros(5), S.DEVICE_WORK_NS: device}
+    # The 10th percentile of 11.0, 11.5, 12.0, 12.5 ms: 11.15 (with the sliver: 4.94).
+    assert _read_floor_ns(per_step) == pytest.approx(11.15e6)
+    # No step with device work: every step counts, as before.
+    per_step[S.DEVICE_WORK_NS] = np.zeros(5)
+    assert _read_floor_ns(per_step) == pytest.approx(np.quantile(wall, 0.1))

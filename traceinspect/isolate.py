@@ -378,7 +378,22 @@ def judge(
         f"({t:.2f} ms), and the pipeline alone keeps up ({lo:.2f} ms per batch): input costs "
         "the step nothing; the device's work (or the host's dispatch of it) sets the pace."
     )
-    return Judgement("device-bound", reason, rule, None)
+    return Judgement(
+        "device-bound", reason, rule, None, cores_share_ms=_share_if_slower(t, tolerance, evidence)
+    )
+
+
+def _share_if_slower(t: float, tolerance: float, evidence: Evidence) -> float:
+    """The workers' share of the cores (ms) a real step more than the tolerance slower than
+    ``t`` would be held to beyond it (:func:`_workers_on_the_cores`), for a loop that waits
+    neither in reads nor in next() (below half the least loss that rule sees); 0 where it
+    would not count. What :func:`near_margin` measures a device-bound run's margin against."""
+    share = evidence.workers_on_cores_ms
+    waited, spent = evidence.host_read_ms, evidence.input_wait_ms
+    if share is None or waited is None or spent is None:
+        return 0.0
+    least = t * (tolerance - 1)
+    return share if waited < least and spent < least / 2 else 0.0
 
 
 def _workers_on_the_cores(

@@ -1,0 +1,126 @@
+"""``traceinspect isolate`` on loops that wait nowhere, while another process holds one core.
+
+Run from the repository root (each isolate run takes 1-2 minutes on the 2-core machine)::
+
+    python sample_traces/scenarios/family/isolate_loaded.py --out isolate_loaded-4.json
+    python sample_traces/scenarios/family/isolate_loaded.py --loaded 3 --quiet 1 --plain 1
+
+For each round, interleaved, each loop runs ``traceinspect isolate --json`` while
+``python -c 'while True: pass'`` keeps one core busy (``--loaded`` rounds); then
+``--quiet`` rounds with the machine left alone; then ``--plain`` rounds of the truth,
+timed without traceinspect (``family_runs.truth_ms``): each loop as it is and on its one
+pre-built batch (``--synthetic``). Prints a line per run (verdict, next-best verdict, the
+three figures, the workers' CPU per batch, the cores others took) and writes every
+isolate JSON (less its log paths) and the plain figures to ``--out`` (beside this file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from family_runs import SCRIPT, truth_ms  # noqa: E402
+from make_family import stack  # noqa: E402
+
+#: The loops: two mp_prefetch workers making cheap records (device-bound where the
+#: device does not share the host's cores: an H200 ran ``light_w2`` at its step with free
+#: input), both on the margin of isolate's 20% on XLA's CPU backend.
+LOOPS = {
+    "light_w2": ["--record", "light", "--workers", "2"],
+    "none_w2": ["--record", "none", "--workers", "2", "--read-threads", "0", "--read", "none"],
+}
+STEPS = "2000"
+PLAIN_STEPS = 400
+
+
+def isolate(args: list[str], logdir: Path) -> dict[str, Any]:
+    """``isolate --json`` of the loop (``{"error": ...}`` when it failed)."""
+    command = [sys.executable, "-m", "traceinspect", "isolate", "--json", "--logdir", str(logdir)]
+    command += ["--", sys.executable, str(SCRIPT), *args, "--steps", STEPS]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-400:]}
+    result: dict[str, Any] = json.loads(done.stdout)
+    result.pop("command", None)
+    for phase in result.get("phases", {}).values():
+        phase.pop("log_path", None)
+    return result
+
+
+def line(tag: str, name: str, result: dict[str, Any]) -> str:
+    if "error" in result:
+        return f"{tag} {name}: error: {result['error']}"
+    e = result["evidence"]
+    return (
+        f"{tag} {name}: {result['verdict']} (next best {result['next_best_verdict']}), "
+        f"target {result['target_step_ms']:.2f} loader {result['loader_batch_ms']:.2f} "
+        f"real {result['real_step_ms']:.2f} ms, workers' CPU {e['workers_cpu_ms_per_batch']} "
+        f"ms a batch, others {e['others_cpu_cores']} cores"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loaded", type=int, default=3, help="rounds under the load")
+    parser.add_argument("--quiet", type=int, default=2, help="rounds on the quiet machine")
+    parser.add_argument("--plain", type=int, default=2, help="rounds of plain runs")
+    parser.add_argument("--out", help="JSON file to write, beside this script")
+    opts = parser.parse_args()
+    out: dict[str, Any] = {
+        "what": (
+            f"traceinspect isolate --json on train_family.py (--steps {STEPS}): "
+            f"{opts.loaded} rounds while `python -c 'while True: pass'` held one core, "
+            f"{opts.quiet} on the quiet machine, {opts.plain} of plain runs "
+            f"(family_runs.truth_ms, {PLAIN_STEPS} steps), each round interleaving the loops"
+        ),
+        "stack": stack(),
+        "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "loaded": {name: [] for name in LOOPS},
+        "quiet": {name: [] for name in LOOPS},
+        "plain_ms": {},
+    }
+
+    def save() -> None:
+        if opts.out:
+            (HERE / opts.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(2)
+            for i in range(opts.loaded):
+                for name, args in LOOPS.items():
+                    result = isolate(args, Path(tmp) / f"loaded-{name}-{i}")
+                    out["loaded"][name].append(result)
+                    print(line("loaded", name, result), flush=True)
+                    save()
+        finally:
+            burn.kill()
+            burn.wait()
+        time.sleep(5)
+        for i in range(opts.quiet):
+            for name, args in LOOPS.items():
+                result = isolate(args, Path(tmp) / f"quiet-{name}-{i}")
+                out["quiet"][name].append(result)
+                print(line("quiet", name, result), flush=True)
+                save()
+    for _ in range(opts.plain):
+        for name, args in LOOPS.items():
+            for label, given in ((name, args), (f"{name}_synthetic", [*args, "--synthetic"])):
+                ms = round(truth_ms(given, PLAIN_STEPS), 3)
+                out["plain_ms"].setdefault(label, []).append(ms)
+                print(f"plain {label}: {ms:.2f} ms", flush=True)
+                save()
+
+
+if __name__ == "__main__":
+    main()
