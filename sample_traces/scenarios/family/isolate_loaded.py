@@ -31,13 +31,32 @@ sys.path.insert(0, str(HERE))
 from family_runs import SCRIPT, truth_ms  # noqa: E402
 from make_family import stack  # noqa: E402
 
-#: The loops: two mp_prefetch workers making cheap records (device-bound where the
-#: device does not share the host's cores: an H200 ran ``light_w2`` at its step with free
-#: input), both on the margin of isolate's 20% on XLA's CPU backend.
+#: The loops (``--loops``, default the first two): two mp_prefetch workers making cheap
+#: records (device-bound where the device does not share the host's cores: an H200 ran
+#: ``light_w2`` at its step with free input), both on the margin of isolate's 20% on XLA's
+#: CPU backend; then the loaded sets' loops clear of it (``isolate_loaded-2.json``, ``-3``):
+#: a 45 ms step (device-bound), one waiting worker (input-bound), a per-step ``float(loss)``
+#: on input that keeps up (sync-bound).
 LOOPS = {
     "light_w2": ["--record", "light", "--workers", "2"],
     "none_w2": ["--record", "none", "--workers", "2", "--read-threads", "0", "--read", "none"],
+    "none_w2_deep": [
+        *("--record", "none", "--workers", "2", "--read-threads", "0", "--read", "none"),
+        *("--hidden-layers", "12"),
+    ],
+    "io_w1": ["--record", "io", "--workers", "1"],
+    "light_read_w0": [
+        "--record",
+        "light",
+        "--read",
+        "float",
+        "--workers",
+        "0",
+        "--read-threads",
+        "0",
+    ],
 }
+DEFAULT_LOOPS = "light_w2,none_w2"
 STEPS = "2000"
 PLAIN_STEPS = 400
 
@@ -74,7 +93,11 @@ def main() -> None:
     parser.add_argument("--quiet", type=int, default=2, help="rounds on the quiet machine")
     parser.add_argument("--plain", type=int, default=2, help="rounds of plain runs")
     parser.add_argument("--out", help="JSON file to write, beside this script")
+    parser.add_argument(
+        "--loops", default=DEFAULT_LOOPS, help=f"comma-separated, of: {', '.join(LOOPS)}"
+    )
     opts = parser.parse_args()
+    loops = {name: LOOPS[name] for name in opts.loops.split(",")}
     out: dict[str, Any] = {
         "what": (
             f"traceinspect isolate --json on train_family.py (--steps {STEPS}): "
@@ -84,8 +107,9 @@ def main() -> None:
         ),
         "stack": stack(),
         "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "loaded": {name: [] for name in LOOPS},
-        "quiet": {name: [] for name in LOOPS},
+        "loops": {name: " ".join(args) for name, args in loops.items()},
+        "loaded": {name: [] for name in loops},
+        "quiet": {name: [] for name in loops},
         "plain_ms": {},
     }
 
@@ -98,7 +122,7 @@ def main() -> None:
         try:
             time.sleep(2)
             for i in range(opts.loaded):
-                for name, args in LOOPS.items():
+                for name, args in loops.items():
                     result = isolate(args, Path(tmp) / f"loaded-{name}-{i}")
                     out["loaded"][name].append(result)
                     print(line("loaded", name, result), flush=True)
@@ -108,13 +132,13 @@ def main() -> None:
             burn.wait()
         time.sleep(5)
         for i in range(opts.quiet):
-            for name, args in LOOPS.items():
+            for name, args in loops.items():
                 result = isolate(args, Path(tmp) / f"quiet-{name}-{i}")
                 out["quiet"][name].append(result)
                 print(line("quiet", name, result), flush=True)
                 save()
     for _ in range(opts.plain):
-        for name, args in LOOPS.items():
+        for name, args in loops.items():
             for label, given in ((name, args), (f"{name}_synthetic", [*args, "--synthetic"])):
                 ms = round(truth_ms(given, PLAIN_STEPS), 3)
                 out["plain_ms"].setdefault(label, []).append(ms)
