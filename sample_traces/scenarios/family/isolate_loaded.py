@@ -117,26 +117,24 @@ def main() -> None:
         if opts.out:
             (HERE / opts.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
+    def rounds(tag: str, count: int, tmp: str) -> None:
+        for i in range(count):
+            for name, args in loops.items():
+                result = isolate(args, Path(tmp) / f"{tag}-{name}-{i}")
+                out[tag][name].append(result)
+                print(line(tag, name, result), flush=True)
+                save()
+
     with tempfile.TemporaryDirectory() as tmp:
         burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             time.sleep(2)
-            for i in range(opts.loaded):
-                for name, args in loops.items():
-                    result = isolate(args, Path(tmp) / f"loaded-{name}-{i}")
-                    out["loaded"][name].append(result)
-                    print(line("loaded", name, result), flush=True)
-                    save()
+            rounds("loaded", opts.loaded, tmp)
         finally:
             burn.kill()
             burn.wait()
         time.sleep(5)
-        for i in range(opts.quiet):
-            for name, args in loops.items():
-                result = isolate(args, Path(tmp) / f"quiet-{name}-{i}")
-                out["quiet"][name].append(result)
-                print(line("quiet", name, result), flush=True)
-                save()
+        rounds("quiet", opts.quiet, tmp)
     for _ in range(opts.plain):
         for name, args in loops.items():
             for label, given in ((name, args), (f"{name}_synthetic", [*args, "--synthetic"])):
