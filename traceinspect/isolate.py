@@ -414,9 +414,13 @@ def _workers_on_the_cores(
     cores, host-bound in 8 of 9 runs over three sets, and 1.24-1.28x on the quiet machine: the
     workers' 2.1-3.1 ms of CPU a batch on 1 free core (1.9 quiet) put ``T + W / cores`` at
     15.9-17.2 ms against real steps of 16.8-18.3 (8.8 against 9.6-9.9 quiet), 1.05-1.12x
-    (``sample_traces/scenarios/family/isolate_light-4.json``). A loop that waits on its own
-    thread (a sleep, a read, the pipeline in next()) is not credited: its loss is not on the
-    workers' cores."""
+    (``sample_traces/scenarios/family/isolate_light-4.json``). With the rule, that loop and
+    the same workers on records from memory read device-bound in 18 of 18 runs on both
+    stacks, loaded and quiet (``isolate_loaded-4.json``, ``isolate_loaded-4-3.12.json``:
+    ``R / T`` up to 1.30, 6 of them above 1.20), and under the load five loops held their
+    verdict 3 of 3 each (``isolate_loaded-5.json``). A loop that waits on its own thread (a
+    sleep, a read, the pipeline in next()) is not credited: its loss is not on the workers'
+    cores."""
     share = evidence.workers_on_cores_ms
     batch, free = evidence.workers_cpu_ms_per_batch, evidence.free_cores
     if share is None or batch is None or free is None:
