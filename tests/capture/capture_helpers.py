@@ -85,9 +85,15 @@ def parent_process(
     save_grace_s: float | None = None,
     **popen: Any,
 ) -> subprocess.Popen[str]:
-    """Run the capture parent as its own process, as the CLI would, for signal tests."""
+    """Run the capture parent as its own process, as the CLI would, for signal tests: as a
+    terminal's foreground job, whatever started the tests (a background job of a
+    non-interactive shell ignores SIGINT, nohup SIGHUP, and what a process was started
+    with ignored its script inherits)."""
     code = (
-        "import sys\n"
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
         "from traceinspect.capture import CaptureOptions, run_capture\n"
         + (
             ""

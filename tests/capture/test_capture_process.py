@@ -135,6 +135,38 @@ def test_ctrl_c_in_the_window_writes_a_partial_trace(tmp_path: Path) -> None:
     assert not left, "the script's `sleep` outlived it"
 
 
+def test_a_signal_capture_was_started_with_ignored_stays_ignored(tmp_path: Path) -> None:
+    """A background job of a non-interactive shell is started with SIGINT ignored, a nohup
+    run with SIGHUP ignored: its script inherits that (Python then installs no
+    KeyboardInterrupt), so capture does not relay it either; it relays the others."""
+    from traceinspect.capture._runner import _SignalRelay
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        relay = _SignalRelay(proc, 1.0, -1, str(tmp_path / "stop"))
+        with relay.installed():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == relay.on_terminate
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        # Started as a terminal's foreground job: all three relayed.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with relay.installed():
+            assert signal.getsignal(signal.SIGINT) == relay.on_sigint
+            assert signal.getsignal(signal.SIGHUP) == relay.on_terminate
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def test_sigterm_to_capture_is_passed_on_and_the_trace_kept(tmp_path: Path) -> None:
     """... and the process the script started (a `sleep`) ends with it."""
     marker, grandchild = tmp_path / "in_window", tmp_path / "grandchild"

@@ -458,6 +458,16 @@ class _SignalRelay:
             signal.SIGTERM: self.on_terminate,
             signal.SIGHUP: self.on_terminate,
         }
+        # A signal this process was started with ignored stays ignored: the script inherits
+        # that (exec keeps an ignored signal ignored, and Python then installs no
+        # KeyboardInterrupt), as it would without traceinspect. A background job of a
+        # non-interactive shell ignores SIGINT, nohup ignores SIGHUP: relayed, capture would
+        # wait on a script that never hears it, or end a run nohup was asked to keep.
+        handlers = {
+            sig: handler
+            for sig, handler in handlers.items()
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
         saved = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         try:
             yield
