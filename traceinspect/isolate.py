@@ -780,11 +780,14 @@ def run_isolate(
     return result
 
 
+def _quiet(runs: Sequence[_Run]) -> list[_Run]:
+    """The runs that compete for a phase's figure: the quiet ones (all when none was)."""
+    return [r for r in runs if r.busy <= BUSY_OTHERS] or list(runs)
+
+
 def _competing(runs: Sequence[_Run]) -> tuple[float, ...]:
-    """The figures that compete for a phase's: the quiet runs' (all when none was quiet),
-    lowest first."""
-    quiet = [r for r in runs if r.busy <= BUSY_OTHERS] or list(runs)
-    return tuple(sorted(r.mean_ms for r in quiet))
+    """The figures that compete for a phase's (:func:`_quiet`), lowest first."""
+    return tuple(sorted(r.mean_ms for r in _quiet(runs)))
 
 
 def settled(
@@ -814,8 +817,7 @@ def _best_evidence(done: Mapping[str, Sequence[_Run]]) -> Evidence | None:
 
 def _best(runs: Sequence[_Run]) -> _Run:
     """The run that counts: the lowest mean among the quiet runs (all when none was)."""
-    quiet = [r for r in runs if r.busy <= BUSY_OTHERS] or list(runs)
-    return min(quiet, key=lambda r: r.mean_ms)
+    return min(_quiet(runs), key=lambda r: r.mean_ms)
 
 
 @dataclasses.dataclass(frozen=True)

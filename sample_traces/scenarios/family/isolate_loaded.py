@@ -20,7 +20,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from family_runs import SCRIPT, truth_ms  # noqa: E402
+from apply_advice import run_tool  # noqa: E402
+from family_runs import truth_ms  # noqa: E402
 from make_family import stack  # noqa: E402
 
 #: The loops (``--loops``, default the first two): two mp_prefetch workers making cheap
@@ -57,18 +57,14 @@ LOOPS = {
     ],
 }
 DEFAULT_LOOPS = "light_w2,none_w2"
-STEPS = "2000"
+STEPS = 2000
 PLAIN_STEPS = 400
 
 
-def isolate(args: list[str], logdir: Path) -> dict[str, Any]:
-    """``isolate --json`` of the loop (``{"error": ...}`` when it failed)."""
-    command = [sys.executable, "-m", "traceinspect", "isolate", "--json", "--logdir", str(logdir)]
-    command += ["--", sys.executable, str(SCRIPT), *args, "--steps", STEPS]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip()[-400:]}
-    result: dict[str, Any] = json.loads(done.stdout)
+def isolate(name: str, args: list[str]) -> dict[str, Any]:
+    """``isolate --json`` of the loop (``apply_advice.run_tool``), less its command and log
+    paths."""
+    result = run_tool("isolate", [], args, None, name, STEPS)
     result.pop("command", None)
     for phase in result.get("phases", {}).values():
         phase.pop("log_path", None)
@@ -76,8 +72,8 @@ def isolate(args: list[str], logdir: Path) -> dict[str, Any]:
 
 
 def line(tag: str, name: str, result: dict[str, Any]) -> str:
-    if "error" in result:
-        return f"{tag} {name}: error: {result['error']}"
+    if "evidence" not in result:
+        return f"{tag} {name}: {result['verdict']}"
     e = result["evidence"]
     return (
         f"{tag} {name}: {result['verdict']} (next best {result['next_best_verdict']}), "
@@ -117,24 +113,23 @@ def main() -> None:
         if opts.out:
             (HERE / opts.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
-    def rounds(tag: str, count: int, tmp: str) -> None:
-        for i in range(count):
+    def rounds(tag: str, count: int) -> None:
+        for _ in range(count):
             for name, args in loops.items():
-                result = isolate(args, Path(tmp) / f"{tag}-{name}-{i}")
+                result = isolate(name, args)
                 out[tag][name].append(result)
                 print(line(tag, name, result), flush=True)
                 save()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
-            time.sleep(2)
-            rounds("loaded", opts.loaded, tmp)
-        finally:
-            burn.kill()
-            burn.wait()
-        time.sleep(5)
-        rounds("quiet", opts.quiet, tmp)
+    burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(2)
+        rounds("loaded", opts.loaded)
+    finally:
+        burn.kill()
+        burn.wait()
+    time.sleep(5)
+    rounds("quiet", opts.quiet)
     for _ in range(opts.plain):
         for name, args in loops.items():
             for label, given in ((name, args), (f"{name}_synthetic", [*args, "--synthetic"])):
