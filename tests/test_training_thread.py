@@ -13,7 +13,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import traceinspect.analysis.thread_events as te
 import traceinspect.analysis.training_thread as tt
+import traceinspect.analysis.user_code as uc
 from traceinspect.trace import LineEvents
 
 NAMES = ["a", "b", "c", "d", "e"]
@@ -26,12 +28,12 @@ events = st.lists(
 
 @contextmanager
 def small_blocks(block: int, candidates: int) -> Iterator[None]:
-    saved = tt._BLOCK, tt._FIRST_CANDIDATES
-    tt._BLOCK, tt._FIRST_CANDIDATES = block, candidates
+    saved = te._BLOCK, te._FIRST_CANDIDATES
+    te._BLOCK, te._FIRST_CANDIDATES = block, candidates
     try:
         yield
     finally:
-        tt._BLOCK, tt._FIRST_CANDIDATES = saved
+        te._BLOCK, te._FIRST_CANDIDATES = saved
 
 
 def thread_of(rows: list[tuple[int, int, int]], kept: list[bool]) -> tt.ThreadEvents:
@@ -139,14 +141,14 @@ def test_the_main_file_is_the_longest_frames(
     if not any(user[c] for _, _, c in rows):
         return
     files = {c: f"file{c % 2}.py" for c in range(len(NAMES)) if user[c]}
-    saved = tt._BLOCKS_AT_ONCE
-    tt._BLOCKS_AT_ONCE = 1
+    saved = uc._BLOCKS_AT_ONCE
+    uc._BLOCKS_AT_ONCE = 1
     try:
         with small_blocks(block, 64):
             frames = tt.PythonFrames(thread_of(rows, [True] * len(NAMES)), files, files)
             mains = frames.in_main_file()
     finally:
-        tt._BLOCKS_AT_ONCE = saved
+        uc._BLOCKS_AT_ONCE = saved
     longest = max(d for _, d, c in rows if user[c])
     first = next(c for _, d, c in rows if user[c] and d == longest)
     assert {c for c in files if mains[c]} == {c for c in files if files[c] == files[first]}
