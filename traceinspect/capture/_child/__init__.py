@@ -9,8 +9,9 @@ the *script* imports them, through a post-import hook, so that a script that set
 
 By job: ``_base`` (what all share), ``window`` (steps, the steady-state rule, the profiler,
 the report), ``facts`` (the machine and the libraries), ``hooks`` (the post-import hook),
-``jax_patches`` and ``grain_patches`` (what changes in each, and the Grain worker probe),
-``run`` (running the script as ``__main__``).
+``jax_patches`` and ``grain_patches`` (what changes in each), ``grain_probe`` (the Grain stage
+timer and worker probe, sent by value into Grain's processes), ``grain_hints`` (hints on
+Grain's errors), ``run`` (running the script as ``__main__``).
 """
 
 from __future__ import annotations
