@@ -5,6 +5,7 @@ damaged entry all mean a fresh analysis."""
 from __future__ import annotations
 
 import json
+import zipfile
 import os
 import re
 import shutil
@@ -160,9 +161,14 @@ def test_a_damaged_entry_is_a_miss(run: Path, loads: list[str], damage: str) -> 
         with entry.open("wb") as fh:
             np.savez(fh, **arrays)
     elif damage == "flipped":
-        # One byte of the stored arrays changed: the zip member's CRC-32 no longer matches.
+        # One byte of a stored array changed: the zip member's CRC-32 no longer matches.
+        # The byte is taken inside the member's data (the middle of the file may fall on
+        # a header field zip does not check, as the record's length moves it).
+        with zipfile.ZipFile(entry) as zf:
+            info = max(zf.infolist(), key=lambda i: i.compress_size)
         data = bytearray(entry.read_bytes())
-        data[len(data) // 2] ^= 0xFF
+        at = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        data[at + info.compress_size // 2] ^= 0xFF
         entry.write_bytes(bytes(data))
     else:
         # An entry whose record names another file (a digest collision, a moved cache).

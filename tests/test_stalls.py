@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceinspect.analysis import stalls
-from traceinspect.analysis.analyze import with_stall_advice
+from traceinspect.analysis.advice_causes import with_stall_advice
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
 from traceinspect.analysis.stalls import recurring_stall
 from traceinspect.sidecar import HostStep

@@ -27,7 +27,8 @@ def test_verbose_says_what_was_read_and_why_the_verdict() -> None:
         line.startswith(f"traceinspect: read {sample_path().parent} (1 file(s)") for line in lines
     )
     (verdict,) = [line for line in lines if line.startswith("traceinspect: verdict ")]
-    assert verdict.startswith("traceinspect: verdict sync-bound: idle time as a share of step ")
+    assert verdict.startswith("traceinspect: verdict sync-bound by rule idle_cause (sync 33.1%")
+    assert "idle time as a share of step time" in verdict
     assert "sync 33.1%" in verdict and "recurs in 100% of the steps" in verdict
 
 
@@ -71,7 +72,7 @@ def test_verbose_before_or_after_the_command(args: list[str]) -> None:
     result = CliRunner().invoke(main, [*args, "--no-cache", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["verdict"] == "sync-bound"
-    assert "traceinspect: verdict sync-bound: " in result.stderr
+    assert "traceinspect: verdict sync-bound by rule idle_cause " in result.stderr
     assert " run(s); reading the newest" not in result.stderr  # that detail is -vv's
     logger = logging.getLogger("traceinspect")
     assert logger.handlers == [] and logger.level == logging.NOTSET

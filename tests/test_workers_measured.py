@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from traceinspect import schema as S
-from traceinspect.analysis.analyze import _read_floor_ns
+from traceinspect.analysis.counterfactual import read_floor_ns as _read_floor_ns
 from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
 from traceinspect.sidecar import WorkersMeasured, parse

@@ -8,6 +8,27 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+# The bands and the knee's tolerance live in the thresholds' registry; named here too, as
+# every report has always imported them from here.
+from traceinspect.thresholds import DOMINATES, KNEE_TOLERANCE, MATTERS
+
+__all__ = [
+    "CAUSES",
+    "CLAIM_ORDER",
+    "DOMINATES",
+    "KNEE_TOLERANCE",
+    "MATTERS",
+    "PLACES",
+    "PRECEDENCE",
+    "STAGES",
+    "VERDICTS",
+    "Cause",
+    "Place",
+    "Stage",
+    "Verdict",
+    "band",
+]
+
 #: Why the device sat idle: what the training thread was doing (input, sync, compile, host),
 #: or ``runtime``: the host had already dispatched the device's next program (the runtime's
 #: launch and scheduling latency between programs, which the host does not owe), else
@@ -18,6 +39,9 @@ CAUSES: Final[tuple[Cause, ...]] = ("input", "sync", "compile", "host", "runtime
 #: The order in which an idle instant claimed by several of the training thread's activities
 #: goes to one.
 PRECEDENCE: Final[tuple[Cause, ...]] = ("compile", "sync", "input", "host")
+#: The order in which an idle instant goes to one cause: runtime first (the device's next
+#: program was already dispatched), then the training thread's activities.
+CLAIM_ORDER: Final[tuple[Cause, ...]] = ("runtime", *PRECEDENCE)
 
 Verdict = Literal[
     "input-bound",
@@ -36,10 +60,6 @@ VERDICTS: Final[dict[Cause, Verdict]] = {
     "host": "host-bound",
 }
 
-# XProf's bands for a cause's share of step time.
-MATTERS: Final = 0.05
-DOMINATES: Final = 0.20
-
 
 def band(fraction: float) -> str:
     """XProf's bands for a cause's share of step time: "dominates", "matters" or ""."""
@@ -54,9 +74,3 @@ STAGES: Final[tuple[Stage, ...]] = ("read", "preprocessing", "batch", "prefetch"
 #: training thread itself.
 Place = Literal["workers", "threads", "main"]
 PLACES: Final[tuple[Place, ...]] = ("workers", "threads", "main")
-
-# A step within this factor of the best counts as keeping up: the tolerance that defines the
-# measured knee (the smallest worker count within 10% of the best step). Workers that deliver
-# within it are enough; host work after a read within it of the device's step would not hold
-# the device back without the read.
-KNEE_TOLERANCE: Final = 1.10

@@ -1,49 +1,24 @@
-"""What the verdict says and what to do: the summary sentence and the recommendations."""
+"""What to do: the recommendations for the verdict, in order, each expected step from the one
+counterfactual (``analysis/counterfactual.py``)."""
 
 from __future__ import annotations
 
-from traceinspect.analysis.result import Recommendation
-from traceinspect.vocabulary import MATTERS, band
-
-
-def summary_text(
-    verdict: str, top: str, fractions: dict[str, float], input_ns: float, busy_ns: float
-) -> str:
-    if verdict == "device-bound":
-        idle = sum(fractions.values())
-        if fractions["runtime"] >= MATTERS:
-            return (
-                f"The device is busy {1 - idle:.0%} of each step and idles "
-                f"{fractions['runtime']:.0%} between programs the host had already dispatched "
-                f"(the runtime's latency); no cause on the host reaches {MATTERS:.0%} of step "
-                "time."
-            )
-        return (
-            f"The device is busy {1 - idle:.0%} of each step; no cause of idle time reaches "
-            f"{MATTERS:.0%} of step time."
-        )
-    share = fractions[top]
-    if top == "sync":
-        return (
-            f"The device sits idle {share:.0%} of step time because the training loop reads a "
-            "device value every step, so the next step is only prepared after the current one "
-            f"ends; input work ({input_ns / 1e6:.2f} ms/step) is shorter than the device's "
-            f"work ({busy_ns / 1e6:.2f} ms/step), so removing the sync closes the gap."
-        )
-    if top == "input":
-        return (
-            f"The device waits for input {share:.0%} of step time: the training thread "
-            f"waits {input_ns / 1e6:.2f} ms/step for its next batch against "
-            f"{busy_ns / 1e6:.2f} ms/step of device work."
-        )
-    if top == "compile":
-        return f"The device waits for XLA compilation {share:.0%} of step time (recompiling)."
-    if top == "unknown":
-        return (
-            f"The device is idle {share:.0%} of step time with nothing traced on the training "
-            "thread to explain it."
-        )
-    return f"The device waits for other host work {share:.0%} of step time ({band(share)})."
+from traceinspect.analysis.advice_causes import (
+    GENERIC,
+    callback_advice,
+    loop_code_advice,
+    loop_cpu_advice,
+    stall_advice,
+    with_stall_advice,
+)
+from traceinspect.analysis.counterfactual import expected_without, read_floor_ns, reads_every_step
+from traceinspect.analysis.detectors import Found, stage_batch_ms
+from traceinspect.analysis.input_stages import stage_advice
+from traceinspect.analysis.measure import Measured
+from traceinspect.analysis.result import INPUT_STAGE, Recommendation
+from traceinspect.analysis.rules import Decision
+from traceinspect.analysis.workers import recommend_workers, worker_inputs
+from traceinspect.thresholds import MATTERS
 
 
 def recommendations(
@@ -59,7 +34,7 @@ def recommendations(
         where = f" ({sync_sites[0]})" if sync_sites else ""
         # Without the read the host prepares the next step while the device runs this one:
         # the step is then the device's work, or the input's when that is longer.
-        expected = max(busy_ns, input_ns) / 1e6
+        expected = expected_without("sync", 0.0, {"device": busy_ns, "input": input_ns}) / 1e6
         limit = "the device's work" if busy_ns >= input_ns else "the input"
         message = (
             f"Stop reading a device value every step{where}: log the previous step's "
@@ -124,3 +99,77 @@ def recommendations(
             )
         )
     return tuple(recs)
+
+
+def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Recommendation, ...]:
+    """What to do, in order: the verdict's own advice (the worker count first when input
+    is the problem, after "remove the sync" otherwise; the input stage to fix last), the
+    loop's own code named where the host's idle time matters, then each run-level cause's
+    own advice, which replaces the generic word on the host's work."""
+    advice = _idle_advice(m, found, decision)
+    if m.host.loop_code is not None and m.fractions["host"] >= MATTERS and "stall" not in found:
+        advice = tuple(
+            loop_code_advice(m, r) if r.kind == "reduce_host_overhead" else r for r in advice
+        )
+    callbacks = found.get("callback")
+    if callbacks is not None and (decision.cause == "callback" or callbacks.claim.share >= MATTERS):
+        rest = tuple(r for r in advice if r.kind not in GENERIC)
+        advice = (callback_advice(m, callbacks.detail), *rest)
+    if decision.cause == "loop_cpu":
+        rest = tuple(r for r in advice if r.kind not in GENERIC)
+        advice = (loop_cpu_advice(m, found["loop_cpu"].detail), *rest)
+    if decision.cause == "pipeline_cpu":
+        # The host's time is the pipeline's doing: the worker count (first) and the stage.
+        advice = tuple(r for r in advice if r.kind not in GENERIC)
+    stall = found.get("stall")
+    if stall is not None:
+        own = stall_advice(m, stall.detail)
+        advice = with_stall_advice(advice, own, is_verdict=decision.cause == "stall")
+    return advice
+
+
+def _idle_advice(
+    m: Measured, found: dict[str, Found], decision: Decision
+) -> tuple[Recommendation, ...]:
+    """The advice of the idle causes and the worker count. The worker count where input
+    matters, or where idle workers are to be let go: "keep 2 workers, expected step time
+    2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
+    verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
+    advice = recommendations(
+        verdict, m.fractions, m.sync_sites, m.input_ns, m.device_ns, decision.occasional_sync
+    )
+    input_matters = verdict in ("input-bound", "sync-bound") or m.fractions["input"] >= MATTERS
+    # The pipeline's stages in the training process (no workers): their CPU measurements.
+    in_process = stages if stages is not None and not stages.workers else None
+    # The run's step: over the whole run when a stall recurs (the window's median is a step
+    # of the burst after one).
+    stall = found.get("stall")
+    step_ms = stall.detail.stall.mean_ns / 1e6 if stall is not None else m.summary.typical_ms
+    # Where the loop reads a device value every step, the step it runs at with its input
+    # free: the worker count is sized to that pace, and its expected step never goes below
+    # it (a sync-bound run's worker advice already says the read then limits).
+    reads = reads_every_step(m.host, m.steps) and verdict != "sync-bound"
+    if (sidecar is not None and sidecar.grain is not None) or m.input_ns > 0:
+        workers = recommend_workers(
+            worker_inputs(
+                verdict,
+                step_ms=step_ms,
+                device_busy_ms=m.device_ns / 1e6,
+                input_wait_ms=m.input_ns / 1e6,
+                sidecar=sidecar,
+                stage_batch_ms=stage_batch_ms(stages),
+                stage_cpu_share=in_process.threads_cpu_share if in_process else None,
+                host_cpu_ms_per_step=in_process.host_cpu_ms_per_step if in_process else None,
+            ),
+            input_limits=input_matters,
+            read_floor_ms=read_floor_ns(m.per_step) / 1e6 if reads else None,
+        )
+        # Where input does not hold the step back, only fewer workers are worth a word.
+        fewer = workers.value is not None and workers.value < (workers.current or 0)
+        if not input_matters and not fewer:
+            return advice
+        first = verdict == "input-bound"
+        advice = (workers, *advice) if first else (*advice, workers)
+    if stages is not None and verdict == "input-bound":
+        advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
+    return advice

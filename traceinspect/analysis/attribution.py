@@ -27,7 +27,7 @@ from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
-from traceinspect.vocabulary import CAUSES, KNEE_TOLERANCE, PRECEDENCE
+from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, KNEE_TOLERANCE
 
 # How long after the device went idle a blocking read may end and still be the reason:
 # the host wakes up shortly after the device finishes the value it waits for.
@@ -75,10 +75,10 @@ def gap_table(
     same = period[1:] == period[:-1]
     ends[:-1][same] = starts[1:][same]
     step_index = np.searchsorted(steps.starts, starts, side="right") - 1
-    # Each instant goes to one cause, in precedence order: compile > sync > input > host.
-    owned = Intervals.claim_in_order(
-        [("runtime", waiting if waiting is not None else Intervals.empty())]
-        + [(cause, getattr(host, cause)) for cause in PRECEDENCE]
+    # Each instant goes to one cause, in CLAIM_ORDER: runtime > compile > sync > input > host.
+    spans = {"runtime": waiting if waiting is not None else Intervals.empty()}
+    owned: dict[str, Intervals] = Intervals.claim_in_order(
+        [(c, spans[c] if c in spans else getattr(host, c)) for c in CLAIM_ORDER]
     )
     parts: dict[str, np.ndarray] = {c: iv.overlap_with(starts, ends) for c, iv in owned.items()}
     duration = ends - starts

@@ -23,10 +23,8 @@ import numpy as np
 
 from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.intervals import Intervals
-from traceinspect.vocabulary import CAUSES
+from traceinspect.vocabulary import CAUSES, CLAIM_ORDER
 
-# The order in which an idle instant goes to one cause (runtime first, then PRECEDENCE).
-CLAIM_ORDER = ("runtime", "compile", "sync", "input", "host")
 # Who gave a piece's time to another cause: the causes above, or the sync rule.
 SYNC_RULE = "the sync rule"
 # Why each claims an instant first, where it took another cause's time but did not win.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -11,6 +11,7 @@ import numpy as np
 from traceinspect import schema as S
 from traceinspect.analysis.arrays import longest_first
 from traceinspect.analysis.input_stages import InputStages
+from traceinspect.analysis.rules import Decision
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES
 
@@ -204,6 +205,9 @@ class Analysis:
     #: A stall that recurs every N steps over the whole run (a synchronous checkpoint,
     #: evaluation): ``analysis/stalls.py``'s figures and what it is; None without one.
     recurring_stall: dict[str, Any] | None = None
+    #: What named the verdict: the row of the rules table that fired, its cause, that
+    #: cause's share and basis, and the runner-up (``analysis/rules.py``).
+    decision: Decision | None = None
 
     @cached_property
     def per_step(self) -> pd.DataFrame:
@@ -244,6 +248,7 @@ class Analysis:
             "idle_by_cause_ms": self.idle_by_cause_ms,
             "idle_fraction_by_cause": self.cause_fractions,
             "verdict": self.verdict,
+            "decided_by": self.decision.to_dict() if self.decision else None,
             "summary": self.summary,
             "input_ms_per_step": self.input_ms_per_step,
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
@@ -301,7 +306,7 @@ def table_frame(table: Table) -> pd.DataFrame:
 # --- a record of an analysis: what the result cache (traceinspect/results.py) stores ------
 # JSON-able values, and numpy arrays for the columns and intervals (no pickles): read back,
 # an analysis prints exactly as the one that was stored.
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 _TUPLE_FIELDS = ("devices", "sync_sites", "notes", "first_batches")
 # Fields kept in a shape of their own (the others are JSON values as they are).
 _STRUCTURED_FIELDS = frozenset(
@@ -313,6 +318,7 @@ _STRUCTURED_FIELDS = frozenset(
         "timeline",
         "input_stages",
         "findings",
+        "decision",
     )
 )
 
@@ -384,6 +390,7 @@ def analysis_record(a: Analysis) -> tuple[dict[str, Any], dict[str, np.ndarray]]
             for r in a.recommendations
         ],
         "findings": [{f.name: getattr(x, f.name) for f in fields(x)} for x in a.findings],
+        "decision": None if a.decision is None else asdict(a.decision),
         "input_stages": a.input_stages.to_record() if a.input_stages else None,
         "per_step": _table_record(a.per_step_columns, "per_step", arrays),
         "gaps": _table_record(a.gap_columns, "gaps", arrays),
@@ -434,6 +441,7 @@ def analysis_from_record(record: dict[str, Any], arrays: dict[str, np.ndarray]) 
         steps=StepSummary(**record["steps"]),
         recommendations=recommendations,
         findings=tuple(Finding(**x) for x in record["findings"]),
+        decision=None if record["decision"] is None else Decision(**record["decision"]),
         input_stages=InputStages.from_record(stages) if stages else None,
         per_step_columns=_table_from_record(record["per_step"], "per_step", arrays),
         gap_columns=_table_from_record(record["gaps"], "gaps", arrays),

@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from traceinspect.analysis.counterfactual import expected_without
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
 from traceinspect.sidecar import GrainSettings, Sidecar, WorkersMeasured
 from traceinspect.vocabulary import KNEE_TOLERANCE
@@ -319,7 +320,9 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
             "closes it"
         )
         # The batch leaves the step; what the read itself costs stays.
-        rec["expected_step_ms"] = round(max(d, inputs.step_ms - x), 3)
+        rec["expected_step_ms"] = round(
+            expected_without("input", inputs.step_ms - x, {"device": d}), 3
+        )
         rec["bounded_by"] = "measurement"
         return rec
     if inputs.verdict == "sync-bound":
@@ -382,7 +385,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
-    rec["expected_step_ms"] = round(max(pace, cost / value), 3)
+    rec["expected_step_ms"] = round(expected_without("input", cost / value, {"pace": pace}), 3)
     if by_read and pace >= cost / value:
         rec["read_limits"] = True
     made = (
@@ -515,7 +518,9 @@ def _from_measurement(
     cores = inputs.cpus or value
     rec["value"] = value
     rec["bounded_by"] = bound
-    rec["expected_step_ms"] = round(max(d, w / value, cpu_ms / cores), 3)
+    rec["expected_step_ms"] = round(
+        expected_without("input", w / value, {"pace": d, "workers_cpu": cpu_ms / cores}), 3
+    )
     if by_read and d >= max(w / value, cpu_ms / cores):
         rec["read_limits"] = True
     rec["measured"] = {

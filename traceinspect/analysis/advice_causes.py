@@ -1,0 +1,146 @@
+"""What to do about each run-level cause (a host callback, the loop's CPU, the loop's own
+code, a recurring stall): one recommendation each, with the step expected without it from
+the one counterfactual (``analysis/counterfactual.py``)."""
+
+from __future__ import annotations
+
+from traceinspect import schema as S
+from traceinspect.analysis.callbacks import Callbacks
+from traceinspect.analysis.counterfactual import expected_without
+from traceinspect.analysis.detectors import Stall
+from traceinspect.analysis.explain import callback_what
+from traceinspect.analysis.loop_cpu import LoopCpu
+from traceinspect.analysis.measure import Measured
+from traceinspect.analysis.result import Recommendation
+from traceinspect.thresholds import CALLBACK_ALONE
+
+# The generic words a cause's own advice replaces.
+GENERIC = ("reduce_host_overhead", "device_bound")
+
+
+def _floors(m: Measured) -> dict[str, float | None]:
+    """The floors the analysis measured (ns): the device's work and the input's per step."""
+    return {"device": m.device_ns, "input": m.input_ns}
+
+
+def callback_advice(m: Measured, callbacks: Callbacks) -> Recommendation:
+    """The step without the callback: where the device idled all along the callback (a
+    GPU), the device's work per step (the rest of that idle period was the callback's too:
+    the host prepared the next step only after it); else the step less the callback's
+    time."""
+    alone = callbacks.alone_ms_per_step / callbacks.ms_per_step if callbacks.ms_per_step else 0.0
+    remaining = m.device_ns if alone >= CALLBACK_ALONE else m.step_ns - callbacks.ms_per_step * 1e6
+    expected_ns = expected_without("callback", remaining, _floors(m))
+    return Recommendation(
+        "host_callback",
+        f"A host callback inside the jitted step, {callback_what(callbacks)}, holds each step "
+        f"{callbacks.ms_per_step:.2f} ms of {m.step_ns / 1e6:.2f}: return the values from the "
+        "step and log them from the loop (a step behind, or every N steps), or make the "
+        "callback return at once (hand the values to a queue a thread of yours drains); "
+        "ordered=False is no fix (it is the default); expected step time "
+        f"{expected_ns / 1e6:.2f} ms.",
+        where=callbacks.names[:3] or None,
+        expected_step_ms=round(expected_ns / 1e6, 4),
+    )
+
+
+def loop_cpu_advice(m: Measured, competing: LoopCpu) -> Recommendation:
+    """Move the loop's CPU work off the cores the program needs; the step expected without
+    it: the device's work less what it cost the program."""
+    expected = (
+        expected_without("loop_cpu", m.device_ns - competing.cost_ms_per_step * 1e6, _floors(m))
+        / 1e6
+    )
+    at = f" at {competing.site}" if competing.site else ""
+    return Recommendation(
+        "reduce_host_overhead",
+        f"The loop's own CPU work{at} ({competing.cpu_ms_per_step:.2f} ms a step, "
+        f"{competing.own_cpu_share:.0%} of its own code's time on CPU) takes a core from the "
+        "program on this CPU backend: do it less often, cheaper, or outside the training loop "
+        "(on an accelerator it would overlap the device's step); expected step time "
+        f"{expected:.2f} ms.",
+        where=(competing.site,) if competing.site else None,
+        expected_step_ms=round(expected, 4),
+    )
+
+
+def loop_code_advice(m: Measured, rec: Recommendation) -> Recommendation:
+    """The host's-work advice, naming the loop's own code when most of the host's idle time
+    is spent there (where it sits in the step, what the stack sampler saw), with the step
+    expected without it."""
+    host, steps, gaps = m.host, m.steps, m.gaps
+    assert host.loop_code is not None
+    lo, hi = m.span
+    found = host.loop_code.described(lo, hi)
+    idle_host = int(gaps["host"].sum())
+    # Of the device's idle time given to the host, the part in the loop's own code.
+    own_idle = int(host.loop_code.spans.overlap_with(gaps[S.START_NS], gaps[S.END_NS]).sum())
+    if found is None or own_idle < idle_host / 2:
+        return rec
+    total, where, sites = found
+    per_step = total / len(steps)
+    expected = expected_without("host", m.step_ns - per_step, _floors(m)) / 1e6
+    what = f"at {sites[0][0]} " if sites else ""
+    return Recommendation(
+        rec.kind,
+        f"The loop's own code {what}({where}, {per_step / 1e6:.2f} ms a step on the "
+        f"training thread, with nothing traced) leaves the device idle "
+        f"{idle_host / max(1, int(steps.wall_ns.sum())):.0%} of step time: move that work off "
+        "the training thread (a background thread or queue), do it less often, or overlap it "
+        f"with the device's step (after dispatching it); expected step time {expected:.2f} ms.",
+        where=tuple(site for site, _ in sites[:3]) or None,
+        expected_step_ms=round(expected, 4),
+    )
+
+
+def with_stall_advice(
+    advice: tuple[Recommendation, ...], own: Recommendation, *, is_verdict: bool
+) -> tuple[Recommendation, ...]:
+    """The run's advice with a recurring stall's own, which replaces the generic word on
+    the host's work: first where the stall is the verdict, else after the verdict's own
+    advice (an input-bound run whose stall costs 7% of its step is told its worker count
+    first)."""
+    rest = tuple(r for r in advice if r.kind != "reduce_host_overhead")
+    if is_verdict or not rest:
+        return (own, *rest)
+    return (rest[0], own, *rest[1:])
+
+
+def stall_advice(m: Measured, found: Stall) -> Recommendation:
+    """What to do about the stall, with the run's step time expected without it."""
+    stall, nature = found.stall, found.nature
+    expected = expected_without("stall", stall.expected_ns, _floors(m)) / 1e6
+    cost = f"{stall.cost_ns / 1e6:,.0f} ms every {stall.period} steps"
+    fixes = {
+        "checkpoint": (
+            f"Checkpoint asynchronously ({cost} now): Orbax's CheckpointManager with "
+            "enable_async_checkpointing=True copies the arrays to the host and writes them in "
+            "the background (MaxText: async_checkpointing=true); or checkpoint less often"
+        ),
+        "host": (
+            f"Move the loop's own work ({cost}) off the training thread (a background thread "
+            "or queue), or do it less often"
+        ),
+        "sync": f"Read device values less often or one step late ({cost})",
+        "evaluation": (
+            f"Evaluate less often or on fewer batches ({cost}: device time spent outside "
+            "training steps)"
+        ),
+        "input": (
+            f"Prefetch deeper so the recurring wait for input ({cost}) is hidden: more "
+            "prefetch buffer per worker, or more read threads"
+        ),
+        "compile": f"Keep shapes fixed so that jit does not recompile ({cost})",
+        "unseen": (
+            f"Trace a window that holds one of these stalls ({cost}; capture --steps "
+            f"{2 * stall.period}) to see what it is"
+        ),
+    }
+    where = f" ({nature.sites[0][0]})" if nature.sites else ""
+    return Recommendation(
+        "recurring_stall",
+        f"{fixes[nature.kind]}{where}; expected step time {expected:.2f} ms "
+        f"(the run's mean is {stall.mean_ns / 1e6:.2f} ms).",
+        expected_step_ms=round(expected, 4),
+        where=tuple(site for site, _ in nature.sites[:3]) or None,
+    )

@@ -1,0 +1,87 @@
+"""The one counterfactual: the step expected once a cause is removed, and the floors under it.
+
+Every expected step time the analysis prints (each recommendation's, the worker count's)
+comes from :func:`expected_without`: what remains of the step once the cause's own time is
+taken out, never below a floor that still holds without it. Which floors hold is data,
+:data:`FLOORS_KEPT`, one row per cause, so "the step without X" is one formula whose parts can
+be read and tested, instead of one ``max`` per recommendation.
+
+The floors (one unit per call, ms or ns as the caller's figures):
+
+- ``device``: the device's work per step (the step can go no faster than the programs);
+- ``input``: the input pipeline's time per step on the training thread (a batch no faster
+  than it is made);
+- ``read``: where the loop reads a device value every step, its read floor
+  (:func:`read_floor_ns`): read, own work and the device's run one after another;
+- ``host_cpu``: the host's CPU work per step over its cores;
+- ``pace``: the step the pipeline must keep up with (the worker count's: the device, the
+  host's CPU floor or the read floor, whichever is highest);
+- ``workers_cpu``: the workers' CPU per step over the cores they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import numpy as np
+
+from traceinspect import schema as S
+from traceinspect.analysis.result import Table
+from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.training_thread import HostActivity
+from traceinspect.thresholds import READ_FLOOR_QUANTILE, READS_EVERY_STEP
+
+#: The floors that still hold once a cause is removed. ``loop_cpu`` keeps no device floor:
+#: the device's work it shows is stretched by the loop's CPU, and removing that work is what
+#: shortens it.
+FLOORS_KEPT: Final[dict[str, tuple[str, ...]]] = {
+    "sync": ("device", "input"),
+    "callback": ("device", "input"),
+    "loop_cpu": ("input",),
+    "host": ("device",),
+    "stall": ("device",),
+    "input": ("device", "pace", "workers_cpu"),
+}
+
+
+def expected_without(cause: str, remaining: float, floors: Mapping[str, float | None]) -> float:
+    """The step expected without ``cause``: ``remaining`` (the part of today's step that
+    stays: 0 where, the cause removed, the host runs ahead and the floors alone set the
+    step), never below the floors of :data:`FLOORS_KEPT` for that cause that ``floors``
+    gives (None: unknown). The only place a step is bounded below by its floors."""
+    kept = FLOORS_KEPT[cause]
+    return max([remaining, *(v for k, v in floors.items() if k in kept and v is not None)])
+
+
+def read_floor_ns(per_step: Table) -> float:
+    """The step a loop that reads a device value every step runs at with its input free
+    (ns): its read, its own work and the device's then run one after another, as they do
+    now between its waits for input. The low tail (``READ_FLOOR_QUANTILE``) of the steps'
+    time less that wait, never below the device's work at the same quantile.
+
+    Steps without device work of their own are left out (all are taken when none has
+    any): a window's first step can be a sliver of host time before the device's first
+    work (both kept GPU captures of the family hold one, 0.87 and 0.49 ms), which in a
+    window of under ~10 steps would set the low tail by itself."""
+    wall = np.asarray(per_step[S.WALL_NS], dtype=float)
+    rest = wall - np.asarray(per_step[S.INPUT_WORK_NS], dtype=float)
+    device = np.asarray(per_step[S.DEVICE_WORK_NS], dtype=float)
+    worked = np.isfinite(device) & (device > 0)
+    if worked.any():
+        rest, device = rest[worked], device[worked]
+    rest, device = rest[np.isfinite(rest)], device[np.isfinite(device)]
+    floors = [float(np.quantile(v, READ_FLOOR_QUANTILE)) for v in (rest, device) if len(v)]
+    # The higher of two low tails: the serial part's, and the device's under it.
+    return float(np.max(floors)) if floors else 0.0
+
+
+def reads_every_step(host: HostActivity, steps: Steps) -> bool:
+    """Whether the loop blocks on a read of a device value in (nearly) every step
+    (``READS_EVERY_STEP`` of them)."""
+    reads = host.sync_events
+    if len(steps) == 0 or len(reads.starts) == 0:
+        return False
+    k = np.searchsorted(steps.starts, reads.starts, side="right") - 1
+    inside = (k >= 0) & (reads.starts < steps.ends[np.maximum(k, 0)])
+    return len(np.unique(k[inside])) >= READS_EVERY_STEP * len(steps)

@@ -1,0 +1,266 @@
+"""The one decision: claims on a step's time in, the verdict and the rule that named it out.
+
+Every cause the analysis knows reaches the verdict the same way: a detector measures it as a
+:class:`Claim` (a share of step time, with the basis of that figure), and :func:`decide` reads
+:data:`RULES` top to bottom; the first row whose claim passes its test names the verdict.
+This table is the only place the precedence between causes is written. A new cause costs one
+detector (``analysis/detectors.py``), one row here and one renderer (``analysis/explain.py``).
+
+Two kinds of row, as the causes were measured:
+
+- **idle rows** (the last three) share out the device's idle time the trace shows, instant by
+  instant: the known cause with the largest share names the run from ``MATTERS`` on (a read
+  of a device value only where it recurs: ``SYNC_RECURS``), unexplained idle time when it
+  outweighs every known cause, else the device's own work.
+- **run rows** (above them) are causes that show as something else in the idle time: a stall
+  that recurs over the whole run (a 20-step window holds one or none), a host callback inside
+  the jitted step, the loop's CPU that stretches the program on XLA's CPU backend, a pipeline
+  on the training process's threads that paces the loop. Each must beat the largest idle
+  share other than the host's (where their own idle time goes), and some may only replace
+  an idle verdict of ``device-bound`` or ``host-bound`` (``over``): an inferred figure never
+  overrules idle time the trace shows for another cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from traceinspect.thresholds import DOMINATES, MATTERS, SYNC_RECURS
+from traceinspect.vocabulary import CAUSES, VERDICTS
+
+#: How a claim's figure was got: seen as idle time in the trace, inferred by a model from
+#: what the trace shows (the loop's CPU over the cores), or measured over the whole run
+#: (capture's per-step host times).
+Basis = Literal["observed", "inferred", "measured"]
+
+#: Causes that are not idle time of their own, each found by a detector.
+RUN_CAUSES: Final = ("stall", "callback", "loop_cpu", "pipeline_cpu")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A detector's figure for one cause: its share of step time and how it was got.
+    ``verdict``: the verdict the claim names where that depends on what was found (a
+    stall's: a checkpoint is host-bound, an input stall input-bound), else None."""
+
+    cause: str
+    share: float
+    basis: Basis
+    verdict: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the decision table. ``threshold``: the share the claim must reach;
+    ``beats_idle``: it must also exceed the largest idle share other than the host's;
+    ``over``: the idle verdicts it may replace (None: any)."""
+
+    id: str
+    cause: str
+    verdict: str | None
+    threshold: float
+    beats_idle: bool
+    over: tuple[str, ...] | None
+    meaning: str
+
+
+_EITHER = ("device-bound", "host-bound")
+
+#: The decision table, first row first. The idle rows' ``cause`` "idle" stands for the known
+#: idle cause with the largest share.
+RULES: Final[tuple[Rule, ...]] = (
+    Rule(
+        "recurring_stall",
+        "stall",
+        None,
+        MATTERS,
+        True,
+        None,
+        "a stall every N steps over the whole run (checkpoint, evaluation, input, ...) costs "
+        "more of the run's step time than any cause in the window",
+    ),
+    Rule(
+        "host_callback",
+        "callback",
+        "host-bound",
+        MATTERS,
+        True,
+        None,
+        "a host callback inside the jitted step holds the step longer than any cause of idle "
+        "time but the host's",
+    ),
+    Rule(
+        "loop_cpu",
+        "loop_cpu",
+        "host-bound",
+        DOMINATES,
+        True,
+        _EITHER,
+        "on XLA's CPU backend the loop's own CPU work stretches the program beside it "
+        "(inferred: decides only where it dominates)",
+    ),
+    Rule(
+        "pipeline_cpu",
+        "pipeline_cpu",
+        "input-bound",
+        0.0,
+        False,
+        _EITHER,
+        "a pipeline on the training process's read threads runs flat out on a CPU and paces "
+        "the loop, which loses the time as host work more than as waiting in next()",
+    ),
+    Rule(
+        "unexplained",
+        "unknown",
+        "unknown",
+        MATTERS,
+        False,
+        None,
+        "idle time nothing on the host explains outweighs every known cause",
+    ),
+    Rule(
+        "idle_cause",
+        "idle",
+        None,
+        MATTERS,
+        False,
+        None,
+        "the known cause of idle time with the largest share (a read of a device value only "
+        "where it idles the device in most steps)",
+    ),
+    Rule(
+        "device",
+        "device",
+        "device-bound",
+        0.0,
+        False,
+        None,
+        "no cause of idle time reaches its threshold: the device's own work sets the step",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What named the verdict: the rule (a row of :data:`RULES`), its cause and that cause's
+    share of step time (the device's: its busy share) and basis, and the runner-up (the
+    next largest claim). ``sync_steps``: the share of steps with idle time after a read;
+    ``occasional_sync``: such idle time matters but recurs in too few steps to name the
+    verdict."""
+
+    verdict: str
+    cause: str
+    rule: str
+    share: float
+    basis: Basis
+    runner_up: str | None = None
+    runner_up_share: float = 0.0
+    occasional_sync: bool = False
+    sync_steps: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``analyze --json`` prints as ``decided_by``."""
+        return {
+            "rule": self.rule,
+            "cause": self.cause,
+            "share": round(self.share, 4),
+            "basis": self.basis,
+            "runner_up": self.runner_up,
+            "runner_up_share": round(self.runner_up_share, 4),
+        }
+
+
+def idle_claims(fractions: Mapping[str, float]) -> list[Claim]:
+    """The idle time the trace shows, as claims: one per cause of idle time."""
+    return [Claim(c, fractions[c], "observed") for c in CAUSES]
+
+
+def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
+    """The verdict the first row of :data:`RULES` that fires names. ``claims``: the idle
+    claims (:func:`idle_claims`) and those of the run's detectors; ``sync_steps``: the share
+    of steps with idle time after a read of a device value."""
+    by_cause = {c.cause: c for c in claims}
+    share = {cause: claim.share for cause, claim in by_cause.items()}
+    known: dict[str, float] = {c: share.get(c, 0.0) for c in VERDICTS}
+    occasional = known["sync"] >= MATTERS and sync_steps < SYNC_RECURS
+    if occasional:
+        known["sync"] = 0.0
+    largest_but_host = max(share.get(c, 0.0) for c in VERDICTS if c != "host")
+    idle = _idle_decision(known, share.get("unknown", 0.0))
+    chosen = idle
+    for rule in RULES:
+        claim = by_cause.get(rule.cause)
+        if rule.cause not in RUN_CAUSES or claim is None or claim.share < rule.threshold:
+            continue
+        if rule.beats_idle and claim.share <= largest_but_host:
+            continue
+        if rule.over is not None and _verdict_of(idle, known) not in rule.over:
+            continue
+        chosen = rule
+        break
+    busy = max(0.0, 1.0 - sum(share.get(c, 0.0) for c in CAUSES))
+    cause, basis, value, verdict = _named(chosen, known, by_cause, busy)
+    others = [c for c in by_cause.values() if c.cause not in (cause, "runtime")]
+    runner = max(others, key=lambda c: c.share, default=None)
+    return Decision(
+        verdict=verdict,
+        cause=cause,
+        rule=chosen.id,
+        share=value,
+        basis=basis,
+        runner_up=runner.cause if runner is not None and runner.share > 0 else None,
+        runner_up_share=runner.share if runner is not None and runner.share > 0 else 0.0,
+        occasional_sync=occasional and chosen.id != "recurring_stall",
+        sync_steps=sync_steps,
+    )
+
+
+def _idle_decision(known: dict[str, float], unknown: float) -> Rule:
+    """The idle row that fires: unexplained idle time, the largest known cause, or the
+    device."""
+    top = max(known, key=lambda c: known[c])
+    by_id = {r.id: r for r in RULES}
+    if unknown >= by_id["unexplained"].threshold and unknown > known[top]:
+        return by_id["unexplained"]
+    if known[top] >= by_id["idle_cause"].threshold:
+        return by_id["idle_cause"]
+    return by_id["device"]
+
+
+def _verdict_of(rule: Rule, known: dict[str, float]) -> str:
+    if rule.id == "idle_cause":
+        top = max(known, key=lambda c: known[c])
+        return {str(c): str(v) for c, v in VERDICTS.items()}[top]
+    assert rule.verdict is not None
+    return rule.verdict
+
+
+def _named(
+    rule: Rule, known: dict[str, float], by_cause: dict[str, Claim], busy: float
+) -> tuple[str, Basis, float, str]:
+    """The cause, basis, share and verdict a fired rule names (the device's share: the
+    step time it is busy)."""
+    if rule.cause == "device":
+        return "device", "observed", busy, "device-bound"
+    cause = max(known, key=lambda c: known[c]) if rule.cause == "idle" else rule.cause
+    claim = by_cause[cause]
+    verdict = rule.verdict or claim.verdict or _verdict_of(rule, known)
+    return cause, claim.basis, claim.share, verdict
+
+
+def rules_table() -> list[dict[str, Any]]:
+    """The table as rows, for the docs and ``--json``."""
+    return [
+        {
+            "rule": r.id,
+            "cause": r.cause,
+            "verdict": r.verdict or "by what was found",
+            "threshold": r.threshold,
+            "beats_idle": r.beats_idle,
+            "over": list(r.over) if r.over else None,
+            "meaning": r.meaning,
+        }
+        for r in RULES
+    ]

@@ -1,0 +1,64 @@
+"""The thresholds the decision and the counterfactual compare against: one registry.
+
+Each is ``NAME = value`` with what it means and where it was measured. The rules table
+(``analysis/rules.py``), the floors (``analysis/counterfactual.py``) and the notes read them
+from here, and ``docs/causes.md``'s threshold table is generated from this module
+(``tests/test_docs.py`` checks it is current). Light: no numpy, no pandas.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: A cause's share of step time from which it matters (XProf's band): it can name the
+#: verdict, and its advice is given.
+MATTERS: Final = 0.05
+#: A cause's share of step time from which it dominates (XProf's band). An inferred figure
+#: (the loop's CPU over the cores) names the verdict only from here: a Flax NNX loop's own
+#: 1.3-1.7 ms of Python a step came out at 5-6% and flipped its verdict from one capture to
+#: the next; the family's 10 ms of CPU a step, 35%.
+DOMINATES: Final = 0.20
+#: A step within this factor of the best counts as keeping up: the tolerance that defines
+#: the measured knee (the smallest worker count within 10% of the best step). Workers that
+#: deliver within it are enough; host work after a read within it of the device's step would
+#: not hold the device back without the read.
+KNEE_TOLERANCE: Final = 1.10
+#: Sync-bound means the loop reads a device value every step: the sync names the verdict
+#: only when its idle time recurs in at least this share of the steps. A read every N steps
+#: (logging every N steps, as MaxText recommends) idles the device once per N steps: a cost
+#: worth a note (scenario family: reading every 10th step costs no measurable time,
+#: sample_traces/scenarios/family/MEASUREMENTS.md).
+SYNC_RECURS: Final = 0.5
+#: A loop "reads every step" (its steps run read, own work and the device's one after
+#: another, so the read floor paces it) when a blocking read starts in this share of its
+#: steps.
+READS_EVERY_STEP: Final = 0.9
+#: The low tail of a read-every-step loop's serial part (its step less its wait for input)
+#: stands for the step it runs at with its input free. Scenario family's starved loops (one
+#: waiting worker, 40 ms a batch, a per-step read), against the loop run with enough
+#: workers: on an H200 the median read 10.7 ms and the 10th percentile 10.3-10.5 against
+#: 9.96-10.1 timed; on the 2-core CPU machine the median read 0-40% high (13.3-14.4 against
+#: 10.1-10.3) and the 10th percentile within 12% (6 of 6 captures).
+READ_FLOOR_QUANTILE: Final = 0.1
+#: A host callback during which the device idles for at least this share of the callback's
+#: time (a GPU) holds the whole step: without it, the step is the device's work.
+CALLBACK_ALONE: Final = 0.9
+#: Idle time with the device's next program already dispatched (the runtime's latency)
+#: gets a note from this share of step time.
+RUNTIME_NOTE: Final = 0.01
+#: The share of the device's work outside the analysed steps from which the window is said
+#: to miss it (the host ran ahead, or the clocks are skewed).
+OUTSIDE_NOTE: Final = 0.5
+
+#: Every threshold, by name: what the docs' table lists.
+REGISTRY: Final[dict[str, float]] = {
+    "MATTERS": MATTERS,
+    "DOMINATES": DOMINATES,
+    "KNEE_TOLERANCE": KNEE_TOLERANCE,
+    "SYNC_RECURS": SYNC_RECURS,
+    "READS_EVERY_STEP": READS_EVERY_STEP,
+    "READ_FLOOR_QUANTILE": READ_FLOOR_QUANTILE,
+    "CALLBACK_ALONE": CALLBACK_ALONE,
+    "RUNTIME_NOTE": RUNTIME_NOTE,
+    "OUTSIDE_NOTE": OUTSIDE_NOTE,
+}
