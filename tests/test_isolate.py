@@ -28,6 +28,7 @@ from traceinspect.isolate import (
     phase_timing,
     summarize,
 )
+from traceinspect.isolate import runner as isolate_runner
 
 
 def _evidence(**given: Any) -> Evidence:
@@ -39,7 +40,7 @@ def _evidence(**given: Any) -> Evidence:
 
 
 def test_the_tolerance_is_20_percent() -> None:
-    # Derived in traceinspect/isolate.py from the scenario family: wider than the scatter
+    # Derived in traceinspect/isolate/judge.py from the scenario family: wider than the scatter
     # of runs with no cause (R / T up to 1.11), narrower than any cause measured (1.28).
     assert TOLERANCE == 1.20
 
@@ -777,8 +778,9 @@ def _fake_phases(
         run = _run(phase, [30.0] + [mean_ms] * 30, others=busy)
         return dataclasses.replace(run, log_path=str(log_path))
 
-    monkeypatch.setattr(isolate, "run_phase", fake_run_phase)
-    monkeypatch.setattr(isolate, "wait_for_quiet", lambda *_a, **_k: 0.0)
+    # Patched where run_isolate looks them up: the runner module's own globals.
+    monkeypatch.setattr(isolate_runner, "run_phase", fake_run_phase)
+    monkeypatch.setattr(isolate_runner, "wait_for_quiet", lambda *_a, **_k: 0.0)
     return order
 
 
@@ -969,7 +971,7 @@ def test_a_lasting_load_is_waited_for_once_and_shared_by_every_phase(
         waits.append(limit_s)
         return limit_s
 
-    monkeypatch.setattr(isolate, "wait_for_quiet", wait)
+    monkeypatch.setattr(isolate_runner, "wait_for_quiet", wait)
     result = isolate.run_isolate(_script(tmp_path), logdir=tmp_path / "logs")
     assert order == ["target", "loader", "real"] * 2
     assert waits == [isolate.QUIET_WAIT_S]
