@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "errors", "schema", "vocabulary", "names", "sidecar"),  # base: names, errors
+    ("_version", "errors", "schema", "thresholds", "vocabulary", "names", "sidecar"),  # base
     ("xplane",),  # reading: files -> frames
     ("trace", "intervals", "loading"),  # the trace model (read in the background: loading)
     ("backends",),  # device activity per layout

@@ -5,12 +5,12 @@ damaged entry all mean a fresh analysis."""
 from __future__ import annotations
 
 import json
-import zipfile
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

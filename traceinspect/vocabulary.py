@@ -21,6 +21,7 @@ __all__ = [
     "PLACES",
     "PRECEDENCE",
     "STAGES",
+    "SYNC_RULE_TAKES",
     "VERDICTS",
     "Cause",
     "Place",
@@ -42,6 +43,9 @@ PRECEDENCE: Final[tuple[Cause, ...]] = ("compile", "sync", "input", "host")
 #: The order in which an idle instant goes to one cause: runtime first (the device's next
 #: program was already dispatched), then the training thread's activities.
 CLAIM_ORDER: Final[tuple[Cause, ...]] = ("runtime", *PRECEDENCE)
+#: The causes whose share of an idle period a blocking read opened the sync rule may take
+#: (``analysis/attribution.py``), in the order of CAUSES.
+SYNC_RULE_TAKES: Final[tuple[Cause, ...]] = ("input", "host", "unknown")
 
 Verdict = Literal[
     "input-bound",

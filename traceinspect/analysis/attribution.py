@@ -27,7 +27,7 @@ from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
-from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, KNEE_TOLERANCE
+from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, KNEE_TOLERANCE, SYNC_RULE_TAKES
 
 # How long after the device went idle a blocking read may end and still be the reason:
 # the host wakes up shortly after the device finishes the value it waits for.
@@ -109,7 +109,7 @@ def gap_table(
         kept = np.where(of_period > cap, 1.0 - cap / np.maximum(of_period, 1.0), 0.0)
         kept = np.where(synced, kept, 1.0)
         moved = np.zeros(len(starts))
-        for cause in ("input", "host", "unknown"):
+        for cause in SYNC_RULE_TAKES:
             stays = np.round(parts[cause] * kept).astype(np.int64)
             moved += parts[cause] - stays
             parts[cause] = stays

@@ -23,7 +23,7 @@ import numpy as np
 
 from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.intervals import Intervals
-from traceinspect.vocabulary import CAUSES, CLAIM_ORDER
+from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, SYNC_RULE_TAKES
 
 # Who gave a piece's time to another cause: the causes above, or the sync rule.
 SYNC_RULE = "the sync rule"
@@ -77,7 +77,7 @@ def cause_reasons(at: Attribution, cause: np.ndarray, host: HostActivity) -> np.
     stacked = np.stack([shown[c] for c in CAUSES])
     own = stacked[[CAUSES.index(c) for c in cause.tolist()], np.arange(n)]
     rows = np.flatnonzero((stacked > own).any(axis=0))
-    moved = {c: at.claimed[c] - at.final[c] for c in ("input", "host", "unknown")}
+    moved = {c: at.claimed[c] - at.final[c] for c in SYNC_RULE_TAKES}
     # Pieces the sync rule made the sync's, and the others with the cause whose evidence
     # is the largest: what took its time from it decides the sentence.
     by_rule, others = [], []

@@ -42,7 +42,7 @@ from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep
-from traceinspect.vocabulary import CAUSES
+from traceinspect.vocabulary import CAUSES, PRECEDENCE
 
 #: A step is a stall when it takes this many times the median step...
 STALL_FACTOR = 3.0
@@ -245,7 +245,7 @@ def stall_nature(
             sampled = tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
     programs = _other_programs(host, steps, chosen)
     idle = sum(by_cause.values())
-    top = max(("input", "compile", "host", "sync"), key=lambda c: by_cause[c])
+    top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
     if programs and idle < wall // 2:
         kind = "evaluation"  # the device was busy: other programs ran in the stall

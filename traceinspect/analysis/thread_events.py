@@ -19,6 +19,7 @@ from traceinspect import names as N
 from traceinspect import schema as S
 from traceinspect.intervals import Intervals
 from traceinspect.trace import LineEvents, Trace, category_codes
+from traceinspect.vocabulary import PRECEDENCE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,8 +28,10 @@ _LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python\d|<frozen|^jax/
 
 #: What each event of the training thread is, by its name (schema.CATEGORY), in the order
 #: of ``ThreadEvents.category_of_name``'s codes; one event has one category, the first that
-#: matches of compile > sync > input, else host.
-CATEGORIES = ("host", "input", "sync", "compile")
+#: matches in the claim order (compile > sync > input), else host.
+CATEGORIES: tuple[str, ...] = tuple(reversed(PRECEDENCE))
+# The event names of each category but the host's (everything else).
+_MATCHES = {"input": N.INPUT_EVENT, "sync": N.SYNC_EVENT, "compile": N.COMPILE_EVENT}
 
 # The thread's events are looked up in blocks of this many, each with the latest end and
 # the longest event among its events: the events still running at a given instant lie in
@@ -281,9 +284,10 @@ def thread_events(trace: Trace, line_row: int, markers: tuple[str, ...] = ()) ->
     names = line.names
     kept = np.fromiter((n not in markers for n in names), bool, len(names))
     thread = ThreadEvents(line, kept, np.zeros(len(names), dtype=np.int8))
-    input_name = thread.matching(N.INPUT_EVENT) & kept
-    sync_name = thread.matching(N.SYNC_EVENT) & kept
-    compile_name = thread.matching(N.COMPILE_EVENT) & kept
-    category = np.where(compile_name, 3, np.where(sync_name, 2, np.where(input_name, 1, 0)))
+    category = np.zeros(len(names), dtype=np.int8)
+    # Lowest precedence first, so that a name matching several takes the first of them.
+    for code, cause in enumerate(CATEGORIES):
+        if cause in _MATCHES:
+            category[thread.matching(_MATCHES[cause]) & kept] = code
     thread.category_of_name[:] = category  # (the names matched once, for both)
     return thread

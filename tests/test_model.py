@@ -1,0 +1,280 @@
+"""The one model of a step: the rules table on built claims, the one counterfactual, and the
+shape that keeps them one (precedence written once, one max over floors, small modules)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from traceinspect.analysis.counterfactual import FLOORS_KEPT, expected_without
+from traceinspect.analysis.rules import RULES, RUN_CAUSES, Claim, decide, idle_claims
+from traceinspect.thresholds import DOMINATES, MATTERS, REGISTRY
+from traceinspect.vocabulary import CAUSES
+
+PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
+
+
+def _idle(**shares: float) -> list[Claim]:
+    return idle_claims({c: shares.get(c, 0.0) for c in CAUSES})
+
+
+@pytest.mark.parametrize(
+    ("claims", "sync_steps", "verdict", "cause", "rule"),
+    [
+        # Idle time alone: the largest known cause from MATTERS on, else the device.
+        (_idle(input=0.04, host=0.03), 1.0, "device-bound", "device", "device"),
+        (_idle(input=0.30, host=0.10), 1.0, "input-bound", "input", "idle_cause"),
+        (_idle(sync=0.30, input=0.05), 1.0, "sync-bound", "sync", "idle_cause"),
+        (_idle(compile=0.06), 1.0, "compile-bound", "compile", "idle_cause"),
+        (_idle(host=0.40, input=0.20), 1.0, "host-bound", "host", "idle_cause"),
+        # A read in too few steps does not name the run: the next cause does.
+        (_idle(sync=0.30, input=0.06), 0.3, "input-bound", "input", "idle_cause"),
+        (_idle(sync=0.30, input=0.01), 0.3, "device-bound", "device", "device"),
+        # Unexplained idle time outweighing every known cause.
+        (_idle(unknown=0.20, input=0.10), 1.0, "unknown", "unknown", "unexplained"),
+        (_idle(unknown=0.10, input=0.20), 1.0, "input-bound", "input", "idle_cause"),
+        # A recurring stall must beat the largest idle share but the host's.
+        (
+            [*_idle(input=0.20, host=0.5), Claim("stall", 0.30, "measured", "host-bound")],
+            1.0,
+            "host-bound",
+            "stall",
+            "recurring_stall",
+        ),
+        (
+            [*_idle(input=0.20), Claim("stall", 0.15, "measured", "host-bound")],
+            1.0,
+            "input-bound",
+            "input",
+            "idle_cause",
+        ),
+        (
+            [*_idle(), Claim("stall", 0.10, "measured", "device-bound")],
+            1.0,
+            "device-bound",
+            "stall",
+            "recurring_stall",
+        ),
+        # A callback: host-bound where it beats every idle share but the host's.
+        (
+            [*_idle(host=0.5, input=0.1), Claim("callback", 0.3, "observed")],
+            1.0,
+            "host-bound",
+            "callback",
+            "host_callback",
+        ),
+        (
+            [*_idle(input=0.4), Claim("callback", 0.3, "observed")],
+            1.0,
+            "input-bound",
+            "input",
+            "idle_cause",
+        ),
+        # The stall's row is above the callback's.
+        (
+            [
+                *_idle(host=0.5),
+                Claim("callback", 0.3, "observed"),
+                Claim("stall", 0.2, "measured", "host-bound"),
+            ],
+            1.0,
+            "host-bound",
+            "stall",
+            "recurring_stall",
+        ),
+        # The loop's CPU, inferred: only from DOMINATES, only over device- or host-bound.
+        (
+            [*_idle(input=0.02), Claim("loop_cpu", DOMINATES, "inferred")],
+            1.0,
+            "host-bound",
+            "loop_cpu",
+            "loop_cpu",
+        ),
+        (
+            [*_idle(input=0.02), Claim("loop_cpu", DOMINATES - 0.01, "inferred")],
+            1.0,
+            "device-bound",
+            "device",
+            "device",
+        ),
+        (
+            [*_idle(input=0.25), Claim("loop_cpu", 0.30, "inferred")],
+            1.0,
+            "input-bound",
+            "input",
+            "idle_cause",
+        ),
+        # A pipeline on the training process's threads that paces the loop.
+        (
+            [*_idle(host=0.3, input=0.04), Claim("pipeline_cpu", 0.34, "inferred")],
+            1.0,
+            "input-bound",
+            "pipeline_cpu",
+            "pipeline_cpu",
+        ),
+        (
+            [*_idle(sync=0.3, input=0.04), Claim("pipeline_cpu", 0.04, "inferred")],
+            1.0,
+            "sync-bound",
+            "sync",
+            "idle_cause",
+        ),
+        (
+            [
+                *_idle(host=0.3),
+                Claim("loop_cpu", 0.35, "inferred"),
+                Claim("pipeline_cpu", 0.3, "inferred"),
+            ],
+            1.0,
+            "host-bound",
+            "loop_cpu",
+            "loop_cpu",
+        ),
+    ],
+)
+def test_the_rules_table_decides(
+    claims: list[Claim], sync_steps: float, verdict: str, cause: str, rule: str
+) -> None:
+    d = decide(claims, sync_steps)
+    assert (d.verdict, d.cause, d.rule) == (verdict, cause, rule)
+
+
+def test_a_decision_records_its_share_basis_and_runner_up() -> None:
+    d = decide([*_idle(input=0.30, host=0.10), Claim("callback", 0.02, "observed")])
+    assert d.to_dict() == {
+        "rule": "idle_cause",
+        "cause": "input",
+        "share": 0.3,
+        "basis": "observed",
+        "runner_up": "host",
+        "runner_up_share": 0.1,
+    }
+    device = decide(_idle(input=0.02, runtime=0.03))
+    # The device's share is the step time it is busy; runtime idle is no runner-up.
+    assert device.share == pytest.approx(0.95) and device.runner_up == "input"
+    occasional = decide(_idle(sync=0.10, input=0.06), sync_steps=0.2)
+    assert occasional.occasional_sync and occasional.sync_steps == 0.2
+    stalled = decide(
+        [*_idle(sync=0.10), Claim("stall", 0.3, "measured", "host-bound")], sync_steps=0.2
+    )
+    assert stalled.cause == "stall" and not stalled.occasional_sync
+
+
+def test_the_table_names_each_run_cause_once_and_ends_with_the_device() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    assert sorted(r.cause for r in RULES if r.cause in RUN_CAUSES) == sorted(RUN_CAUSES)
+    assert RULES[-1].cause == "device" and RULES[-1].threshold == 0.0
+    # An inferred figure never decides below DOMINATES, nor over idle time of its own kind.
+    assert all(r.threshold in (0.0, MATTERS, DOMINATES) for r in RULES)
+
+
+@pytest.mark.parametrize(
+    ("cause", "remaining", "floors", "expected"),
+    [
+        # Without the read the host runs ahead: the device's work or the input's.
+        ("sync", 0.0, {"device": 10.0, "input": 12.0}, 12.0),
+        ("sync", 0.0, {"device": 10.0, "input": 4.0}, 10.0),
+        # The callback's remaining step, never below the device's work nor the input's.
+        ("callback", 9.0, {"device": 10.0, "input": 4.0}, 10.0),
+        ("callback", 14.0, {"device": 10.0, "input": 4.0}, 14.0),
+        # The loop's CPU stretched the device's work: no device floor.
+        ("loop_cpu", 7.0, {"device": 10.0, "input": 4.0}, 7.0),
+        ("loop_cpu", 3.0, {"device": 10.0, "input": 4.0}, 4.0),
+        ("host", 8.0, {"device": 10.0, "input": 40.0}, 10.0),
+        ("stall", 12.0, {"device": 10.0}, 12.0),
+        # The worker count: the batch every cost/value ms, never faster than the pace or
+        # the workers' CPU over the cores; an unknown floor (None) is no floor.
+        ("input", 5.0, {"pace": 8.0, "workers_cpu": 9.0}, 9.0),
+        ("input", 5.0, {"pace": 8.0, "workers_cpu": None}, 8.0),
+    ],
+)
+def test_expected_without(
+    cause: str, remaining: float, floors: dict[str, float | None], expected: float
+) -> None:
+    assert expected_without(cause, remaining, floors) == expected
+
+
+def test_every_cause_with_advice_has_its_floors() -> None:
+    assert set(FLOORS_KEPT) >= {"sync", "callback", "loop_cpu", "host", "stall", "input"}
+    with pytest.raises(KeyError):
+        expected_without("no such cause", 1.0, {})
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+# Where an ordering of causes may be written: the vocabulary (the claim order), the rules
+# table (the run's precedence) and the floors table (names of floors, not an order).
+_ORDER_HOMES = {"vocabulary.py", "rules.py", "counterfactual.py"}
+_CAUSE_WORDS = {*CAUSES, *RUN_CAUSES, "device"}
+
+
+def test_precedence_between_causes_is_written_once() -> None:
+    found = []
+    for path in _modules():
+        if path.name in _ORDER_HOMES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Tuple | ast.List) and len(node.elts) >= 2:
+                words = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+                if len(words) == len(node.elts) and set(words) <= _CAUSE_WORDS:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {words}")
+    assert not found, "an ordering of causes outside the vocabulary and the rules table: " + (
+        "; ".join(found)
+    )
+
+
+def _calls_max(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "max"
+        for n in ast.walk(node)
+    )
+
+
+def test_expected_without_is_the_only_max_over_floors() -> None:
+    """No expected step is a ``max(...)`` of its own: each comes from expected_without."""
+    found = []
+    for path in [*(PACKAGE / "analysis").rglob("*.py"), *(PACKAGE / "isolate").rglob("*.py")]:
+        if path.name == "counterfactual.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            value, names = None, []
+            if isinstance(node, ast.Assign):
+                value, names = node.value, [ast.unparse(t) for t in node.targets]
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+                value, names = node.value, [ast.unparse(node.target)]
+            elif isinstance(node, ast.keyword) and node.arg:
+                value, names = node.value, [node.arg]
+            elif isinstance(node, ast.FunctionDef) and "expected" in node.name:
+                returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+                value = ast.Tuple([v for v in returns if v is not None])
+                names = [node.name]
+            if value is not None and any("expected" in n for n in names) and _calls_max(value):
+                found.append(f"{path.relative_to(PACKAGE)}:{getattr(node, 'lineno', '?')}")
+    assert not found, f"an expected step computed by its own max(): {found}"
+
+
+# The capture sidecar's format declaration is one module by design (its docstring says why).
+_LONG_ALLOWED = {"sidecar.py"}
+MAX_LINES = 450
+
+
+def test_no_module_is_over_450_lines_and_the_orchestrator_is_small() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in _modules()
+        if p.name not in _LONG_ALLOWED
+        and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+    orchestrator = PACKAGE / "analysis" / "analyze.py"
+    assert len(orchestrator.read_text(encoding="utf-8").splitlines()) < 150
+
+
+def test_the_thresholds_registry_holds_the_decisions_bands() -> None:
+    assert REGISTRY["MATTERS"] == MATTERS and REGISTRY["DOMINATES"] == DOMINATES
+    assert all(0 < v < 2 for v in REGISTRY.values())
