@@ -98,7 +98,7 @@ def parent_process(
         + (
             ""
             if save_grace_s is None
-            else f"import traceinspect.capture._runner as r; r.SAVE_GRACE_S = {save_grace_s}\n"
+            else f"import traceinspect.capture._relay as r; r.SAVE_GRACE_S = {save_grace_s}\n"
         )
         + f"r = run_capture(sys.argv[1:], CaptureOptions(logdir={str(logdir)!r},"
         f" kill_grace_s={kill_grace_s}, skip_steps=2, steps=5))\n"

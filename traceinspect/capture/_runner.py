@@ -1,260 +1,61 @@
-"""The parent side of ``traceinspect capture``: start the child, pass signals, write the sidecar."""
+"""The parent side of ``traceinspect capture``: start the child, pass signals, write the sidecar.
+
+The options and results are ``_types.py``; passing signals and reading the child's status
+while it runs ``_relay.py``."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
-import functools
 import glob
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, cast
 
 from traceinspect import sidecar as SC
 from traceinspect._version import __version__
-from traceinspect.capture._child import ENTRY, facts, reap
+from traceinspect.capture import _relay
+from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import _write_json_atomic
 from traceinspect.capture._command import ScriptCommand, parse_command
+from traceinspect.capture._relay import PROGRESS_EVERY_S, _exit_code, _Reporter, _SignalRelay
+from traceinspect.capture._types import (
+    STEP_SOURCES,
+    TERMINATE_GRACE_S,
+    CaptureOptions,
+    CaptureProgress,
+    CaptureResult,
+    ProgressCallback,
+)
 from traceinspect.errors import CaptureError, CaptureUsageError
 
-STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
+__all__ = [
+    "PROGRESS_EVERY_S",
+    "STEP_SOURCES",
+    "TERMINATE_GRACE_S",
+    "CaptureOptions",
+    "CaptureProgress",
+    "CaptureResult",
+    "ProgressCallback",
+    "_Reporter",
+    "_SignalRelay",
+    "_child_config",
+    "_exit_code",
+    "_prepare_logdir",
+    "run_capture",
+]
+
 # The child rewrites this file in its scratch directory while the script runs (when the
 # caller asked for progress): _Reporter reads it.
 STATUS_NAME = "status.json"
-# How often a caller's progress callback is called while the script runs (seconds).
-PROGRESS_EVERY_S = 0.2
-#: How long a script has to end after capture passed on SIGTERM or SIGHUP (or a second
-#: Ctrl-C) before capture ends it (``CaptureOptions.kill_grace_s``): its trace is saved by a
-#: thread of the child, then it is killed (SIGKILL) with the processes it started.
-TERMINATE_GRACE_S = 5.0
-#: How long that save may take before the script and what it started are killed regardless.
-SAVE_GRACE_S = 15.0
 # The child's scratch file that says capture is stopping it (``_child.run._stopping``).
 STOP_NAME = "stopping"
-
-
-@dataclasses.dataclass(frozen=True)
-class CaptureOptions:
-    """How to trace: which steps, which profiler settings, where to write."""
-
-    logdir: str = "traceinspect_logs"
-    #: None: open the window once the run is steady (``_child.steady.STEADY_*``); N: after N steps.
-    skip_steps: int | None = None
-    #: None: at least 20 steps and at least 1 s (``_child.state.DEFAULT_STEPS``, ``WINDOW_MIN_S``).
-    steps: int | None = None
-    #: With the steady-state rule: open the window after this long even if not yet steady.
-    max_wait_s: float = 120.0
-    #: Close the window after this long even before ``steps`` steps (at least 5 traced).
-    window_max_s: float = 60.0
-    stop_after: bool = False
-    #: After the window, time the steps on without the profiler (``_child.untraced``: as many
-    #: steps and as long as the window, at least ``UNTRACED_MIN_S``), kept in the sidecar as
-    #: ``window.untraced_after``; with ``stop_after`` the script is stopped after them.
-    #: ``sweep`` chooses its count by them: the step the user will get, not the traced one.
-    time_after: bool = False
-    #: With the steady-state rule: trace from step 2 until the run is first steady, kept only
-    #: when the script ends before the window opens (``_child.early.EARLY_*``).
-    early_trace: bool = True
-    step_source: str = "auto"
-    delay_s: float = 10.0
-    duration_s: float = 5.0
-    host_tracer_level: int = 2
-    python_tracer: bool = False
-    device_tracer_level: int = 1
-    workers: int | None = None
-    grain_worker_profiling: bool = True
-    #: How often the training thread's Python stack is sampled while tracing (0: never).
-    sample_interval_ms: float = 20.0
-    quiet: bool = False
-    #: The script's stdout goes to this process's stderr (``capture --json``: stdout holds
-    #: the JSON alone).
-    script_stdout_to_stderr: bool = False
-    #: After a stop passed on, how long before the script is ended (``TERMINATE_GRACE_S``).
-    kill_grace_s: float = TERMINATE_GRACE_S
-    #: A run directory shared by every capture that names it (one per host of a pod); None
-    #: for a new timestamped one.
-    run_name: str | None = None
-    #: The host part of the file names (``<host>.xplane.pb``); None for this machine's name.
-    host_name: str | None = None
-
-    @property
-    def host(self) -> str:
-        """The host the files are named after."""
-        return self.host_name if self.host_name is not None else socket.gethostname()
-
-    def check(self) -> None:
-        _check_name("--run-name", self.run_name)
-        _check_name("--host-name", self.host_name)
-        if self.steps is not None and self.steps < 1:
-            raise CaptureUsageError(f"--steps must be at least 1, got {self.steps}")
-        if self.skip_steps is not None and self.skip_steps < 0:
-            raise CaptureUsageError(f"--skip-steps must be 0 or more, got {self.skip_steps}")
-        if self.max_wait_s <= 0 or self.window_max_s <= 0:
-            raise CaptureUsageError("--max-wait and --window-max must be more than 0 seconds")
-        if self.step_source not in STEP_SOURCES:
-            raise CaptureUsageError(
-                f"unknown step source {self.step_source!r}: use one of {', '.join(STEP_SOURCES)}"
-            )
-        if self.delay_s < 0 or self.duration_s <= 0:
-            raise CaptureUsageError("--delay must be >= 0 and --duration > 0 (seconds)")
-        if self.workers is not None and self.workers < 0:
-            raise CaptureUsageError(f"--workers must be 0 or more, got {self.workers}")
-
-
-def _check_name(option: str, name: str | None) -> None:
-    """A run or host name must be one plain path component."""
-    if name is None:
-        return
-    if not name.strip() or name in (".", "..") or "/" in name or "\0" in name:
-        raise CaptureUsageError(
-            f"{option} {name!r} cannot be a file name: give a non-empty name without '/'"
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class CaptureResult:
-    """What a capture produced: where the files are, how the run ended, the sidecar."""
-
-    run_dir: str
-    sidecar_path: str
-    trace_paths: tuple[str, ...]
-    exit_code: int
-    partial: bool
-    partial_reasons: tuple[str, ...]
-    #: The sidecar as written (:mod:`traceinspect.sidecar` documents it; :attr:`record`
-    #: reads it).
-    sidecar: SC.SidecarJSON
-    #: Why the run directory could not be written (a full disk, a folder gone), when it
-    #: could not: the trace, the report or the sidecar is missing (``capture`` exits 1).
-    write_error: str | None = None
-    #: Why capture killed the script (it went on ``kill_grace_s`` after SIGTERM), when it did.
-    killed: str | None = None
-
-    @functools.cached_property
-    def record(self) -> SC.Sidecar:
-        """The sidecar, read (typed)."""
-        record = SC.parse(self.sidecar)
-        assert record is not None  # written by this very version
-        return record
-
-    @property
-    def step_source(self) -> str | None:
-        return self.record.step_source
-
-    def summary(self) -> str:
-        """One line: the window, how steps were found, the mean step time and the exit code."""
-        record = self.record
-        window, source, detail = record.window, record.step_source, record.step_source_detail
-        if not self.trace_paths:
-            what = "no trace captured"
-        elif source == "time":
-            what = f"traced a {detail}"
-        elif window is not None and window.first_step is not None:
-            what = (
-                f"traced steps {window.first_step}-{window.last_step} ({detail}; found by {source})"
-            )
-        else:
-            what = "traced"
-        step = record.step_time_ms()
-        mean = ""
-        if step is not None:
-            ms, count, how = step
-            mean = {
-                "completed": f", mean step {ms:.1f} ms over {count} completed step(s)",
-                "host": f", mean step {ms:.1f} ms over {count} step(s) (the host's step starts: "
-                "the device finished its steps faster than the host began them)",
-                "host only": f", mean step {ms:.1f} ms (the host's step starts: no step output "
-                "to wait on)",
-            }[how]
-        reason = window.reason if window is not None else None
-        why = f"; {reason}" if self.trace_paths and reason else ""
-        # The window's reason may start with a partial reason ("the script returned before
-        # the run was steady (...): kept the early trace"): said once, there.
-        reasons = [r for r in self.partial_reasons if not (why and why.startswith(f"; {r}"))]
-        state = (
-            (", partial" + (f": {'; '.join(reasons)}" if reasons else "")) if self.partial else ""
-        )
-        return f"{what}{mean}{state}{why}; script exit code {self.exit_code}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_dir": self.run_dir,
-            "sidecar_path": self.sidecar_path,
-            "trace_paths": list(self.trace_paths),
-            "exit_code": self.exit_code,
-            "partial": self.partial,
-            "partial_reasons": list(self.partial_reasons),
-            "write_error": self.write_error,
-            "killed": self.killed,
-            "summary": self.summary(),
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class CaptureProgress:
-    """Where a running capture is, as its child last said (for a progress display).
-
-    ``phase``: ``starting`` (no word from the child yet), ``waiting`` (counting steps until
-    the window opens), ``tracing``, ``writing`` (the profiler writes the trace) or ``done``
-    (the window is captured; the script may go on)."""
-
-    elapsed_s: float
-    phase: str = "starting"
-    #: Steps of the chosen step source so far, and the time of the last complete one.
-    steps: int = 0
-    last_step_ms: float | None = None
-    #: The window's first step and the last traced so far (None before it opens).
-    first_step: int | None = None
-    last_step: int | None = None
-    #: How the window opened (``skip``, ``steady``, ``time_bound``), once it did.
-    rule: str | None = None
-    #: ``--skip-steps`` (None: the steady-state rule).
-    skip_steps: int | None = None
-    #: The step source (``annotation``, ``grain``, ``jit``, ``time``), once chosen.
-    source: str | None = None
-
-
-ProgressCallback = Callable[[CaptureProgress], None]
-
-
-def _read_status(path: str | Path) -> dict[str, Any] | None:
-    """The child's status file (:class:`CaptureProgress`'s fields but the time), or None
-    while there is none."""
-    try:
-        status = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(status, dict):
-        return None
-    known = {f.name for f in dataclasses.fields(CaptureProgress)} - {"elapsed_s"}
-    return {key: value for key, value in status.items() if key in known}
-
-
-class _Reporter:
-    """Calls ``progress`` with the child's last status (kept when a read finds none)."""
-
-    def __init__(self, progress: ProgressCallback, status_path: str) -> None:
-        self.progress = progress
-        self.status_path = status_path
-        self.started = time.monotonic()
-        self.last: dict[str, Any] = {}
-
-    def __call__(self) -> None:
-        status = _read_status(self.status_path)
-        if status is not None:
-            self.last = status
-        self.progress(CaptureProgress(time.monotonic() - self.started, **self.last))
 
 
 def _prepare_logdir(logdir: str, run_name: str | None = None) -> tuple[str, str, str]:
@@ -373,7 +174,7 @@ def _child_config(
         "stop_path": str(Path(scratch, STOP_NAME)),
         "control_fd": control_fd,
         "kill_grace_s": options.kill_grace_s,
-        "save_grace_s": SAVE_GRACE_S,
+        "save_grace_s": _relay.SAVE_GRACE_S,
         "report_path": str(Path(scratch, "report.json")),
         **_window_options(options),
         "host_tracer_level": options.host_tracer_level,
@@ -384,111 +185,6 @@ def _child_config(
         "sample_interval_ms": options.sample_interval_ms,
         "quiet": options.quiet,
     }
-
-
-class _SignalRelay:
-    """Pass signals to the child the way a shell user expects, and never wait forever.
-
-    Ctrl-C reaches the whole foreground process group, so the child already has it: the first
-    SIGINT is not forwarded; a second one is, and a third ends the child at once. SIGTERM and
-    SIGHUP sent to us are forwarded. Each stop first writes the stop file, so that the child
-    ends what it started on its way out. If the child is still alive ``grace_s`` after a
-    forwarded signal (it ignores SIGTERM, or is stuck), a line on the control pipe has a
-    thread of the child save its trace and kill it; ``SAVE_GRACE_S`` later it is killed from
-    here, with every process below it.
-    """
-
-    def __init__(
-        self, proc: subprocess.Popen[bytes], grace_s: float, control_fd: int, stop_path: str
-    ) -> None:
-        self.proc = proc
-        self.grace_s = grace_s
-        self.control_fd = control_fd
-        self.stop_path = stop_path
-        self.interrupts = 0
-        self.kill_at: float | None = None
-        self.kill_why = ""
-        self.hard_kill_at: float | None = None
-        #: Why the child was ended from here, once it was.
-        self.killed: str | None = None
-
-    def _send(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(sig)
-
-    def _stopping(self) -> None:
-        with contextlib.suppress(OSError):
-            Path(self.stop_path).touch()
-
-    def _end(self, why: str) -> None:
-        """Have the child save its trace and die; kill it from here if it cannot."""
-        self.kill_at = None
-        if self.killed is not None:
-            return
-        self.killed = why
-        with contextlib.suppress(OSError):
-            os.write(self.control_fd, f"{why}\n".encode())
-        self.hard_kill_at = time.monotonic() + SAVE_GRACE_S
-
-    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        self.interrupts += 1
-        self._stopping()
-        if self.interrupts == 2:
-            self._send(signal.SIGINT)
-            self.kill_at = time.monotonic() + self.grace_s
-            self.kill_why = f"it went on {self.grace_s:g} s after a second Ctrl-C"
-        elif self.interrupts >= 3:
-            self._end("a third Ctrl-C")
-
-    def on_terminate(self, signum: int, frame: FrameType | None) -> None:
-        self._stopping()
-        self._send(signum)
-        if self.kill_at is None and self.killed is None:
-            self.kill_at = time.monotonic() + self.grace_s
-            name = signal.Signals(signum).name
-            self.kill_why = f"it went on {self.grace_s:g} s after {name}"
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handlers = {
-            signal.SIGINT: self.on_sigint,
-            signal.SIGTERM: self.on_terminate,
-            signal.SIGHUP: self.on_terminate,
-        }
-        # A signal this process was started with ignored stays ignored: the script inherits
-        # that (exec keeps an ignored signal ignored, and Python then installs no
-        # KeyboardInterrupt), as it would without traceinspect. A background job of a
-        # non-interactive shell ignores SIGINT, nohup ignores SIGHUP: relayed, capture would
-        # wait on a script that never hears it, or end a run nohup was asked to keep.
-        handlers = {
-            sig: handler
-            for sig, handler in handlers.items()
-            if signal.getsignal(sig) is not signal.SIG_IGN
-        }
-        saved = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
-        try:
-            yield
-        finally:
-            for sig, handler in saved.items():
-                signal.signal(sig, handler)
-
-    def wait(self, tick: Callable[[], None] | None = None) -> int:
-        while True:
-            try:
-                return self.proc.wait(timeout=PROGRESS_EVERY_S)
-            except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                if self.kill_at is not None and now > self.kill_at:
-                    self._end(self.kill_why)
-                if self.hard_kill_at is not None and now > self.hard_kill_at:
-                    self.hard_kill_at = None
-                    if self.proc.poll() is None:  # not reaped: the pid is still the child's
-                        reap.kill_tree(self.proc.pid)
-                if tick is not None:
-                    tick()
 
 
 def _read_report(path: str) -> SC.ChildReportJSON | None:
@@ -514,17 +210,6 @@ def _write_error(run_dir: str) -> str | None:
             return f"the disk under '{run_dir}' is full ({reason})"
         return f"cannot write in '{run_dir}' ({reason})"
     return None
-
-
-def _exit_code(returncode: int) -> tuple[int, str | None]:
-    """The shell's view: a child killed by signal N exits 128 + N."""
-    if returncode >= 0:
-        return returncode, None
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    return 128 - returncode, name
 
 
 def run_capture(
