@@ -53,3 +53,17 @@ def test_every_command_is_documented() -> None:
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(("traceinspect", *p)))
 def test_help_has_examples(path: tuple[str, ...]) -> None:
     assert "Examples:" in SCRIPT.help_text(path)
+
+
+def test_the_rules_and_thresholds_tables_are_up_to_date() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_rules_reference", DOCS / "make_rules_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    current = (DOCS / "causes.md").read_text(encoding="utf-8")
+    assert current == script.render(current), (
+        "docs/causes.md's rules or thresholds table differs from the code: run "
+        "python docs/make_rules_reference.py"
+    )

@@ -177,6 +177,51 @@ def test_on_xlas_cpu_backend_the_workers_share_of_the_cores_is_the_devices_pace(
     assert judge(13.794, 3.809, 16.756, evidence=reads).verdict == "sync-bound"
 
 
+@pytest.mark.parametrize(
+    ("figures", "given", "rule", "cause", "share"),
+    [
+        ((12.0, 44.0, 45.0), {"workers": 1}, "loader_slower", "input", 33 / 45),
+        (
+            (12.0, 5.5, 17.5),
+            {"host_read_ms": 9.0, "host_reads_per_step": 1.0, "input_wait_ms": 5.5},
+            "real_slower_no_overlap",
+            "sync",
+            5.5 / 17.5,
+        ),
+        (
+            (12.0, 5.0, 17.0),
+            {"host_read_ms": 0.2, "host_reads_per_step": 1.0, "input_wait_ms": 4.0},
+            "training_thread_work",
+            "host",
+            5 / 17,
+        ),
+        (
+            (7.13, 8.35, 8.97),
+            {"host_read_ms": 0.0, "host_reads_per_step": 0.0, "input_wait_ms": 0.1},
+            "no_wait_beside_the_step",
+            "host",
+            1.84 / 8.97,
+        ),
+        ((13.794, 3.809, 16.756), _LIGHT_W2, "workers_on_the_cores", "device", 15.932 / 16.756),
+        ((13.794, 3.809, 19.5), _LIGHT_W2, "workers_on_the_cores", "host", 1 - 15.932 / 19.5),
+        ((12.0, 0.3, 13.5), {}, "within_tolerance", "device", 12 / 13.5),
+    ],
+)
+def test_each_rule_of_the_judgement_is_recorded(
+    figures: tuple[float, float, float],
+    given: dict[str, float],
+    rule: str,
+    cause: str,
+    share: float,
+) -> None:
+    """Which rule fired is a record (``decided_by``), not only the rule's words."""
+    judged = judge(*figures, evidence=_evidence(**given))
+    assert judged.decision is not None
+    assert (judged.decision.rule, judged.decision.cause) == (rule, cause)
+    assert judged.decision.verdict == judged.verdict and judged.decision.basis == "measured"
+    assert judged.decision.share == pytest.approx(share, abs=1e-3)
+
+
 def test_the_free_cores_are_at_least_one_and_at_most_the_cores() -> None:
     assert _evidence(cores=2, others_cpu_cores=1.9).free_cores == 1.0
     assert _evidence(cores=4, others_cpu_cores=None).free_cores == 4.0
@@ -371,6 +416,7 @@ def test_summarize_gives_the_figures_the_verdict_and_json() -> None:
     assert out["evidence"]["workers"] == 1 and out["evidence"]["host_reads_per_step"] == 0
     assert out["workers"]["value"] == 2 and out["workers"]["kind"] == "grain_worker_count"
     assert "loader" not in out["evidence"]
+    assert out["decided_by"]["rule"] == "loader_slower" and out["decided_by"]["cause"] == "input"
 
 
 def test_a_pipeline_on_read_threads_is_sized_by_their_cpu_share() -> None:

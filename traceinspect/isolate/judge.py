@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 
 from traceinspect.analysis.result import Recommendation
+from traceinspect.analysis.rules import Decision
 from traceinspect.errors import UsageError
 from traceinspect.isolate.advice import _input_advice, _worker_advice
 from traceinspect.isolate.evidence import Evidence
@@ -55,6 +56,18 @@ class Judgement:
     #: What the real step was held to beyond the target step (ms): the workers' CPU on the
     #: cores, where the rule counted it (:attr:`Evidence.workers_on_cores_ms`), else 0.
     cores_share_ms: float = 0.0
+    #: The rule that fired, as ``analyze`` records its own (``decided_by``): its id, the
+    #: cause, and that cause's share of the real step (the device's: the share the step with
+    #: free input explains), measured by the three timings.
+    decision: Decision | None = None
+
+
+def decided(verdict: str, rule: str, cause: str, target_ms: float, real_ms: float) -> Decision:
+    """The record of a judgement: the loss to ``cause`` as a share of the real step, or for
+    the device the share of the real step the step with free input explains."""
+    loss = max(0.0, real_ms - target_ms) / real_ms
+    share = 1.0 - loss if cause == "device" else loss
+    return Decision(verdict=verdict, cause=cause, rule=rule, share=share, basis="measured")
 
 
 def judge(
@@ -81,7 +94,12 @@ def judge(
         advice = _worker_advice(t, lo, evidence)
         suggested = None if advice is None else advice.value
         return Judgement(
-            "input-bound", reason + _input_advice(advice, evidence), rule, suggested, advice
+            "input-bound",
+            reason + _input_advice(advice, evidence),
+            rule,
+            suggested,
+            advice,
+            decision=decided("input-bound", "loader_slower", "input", t, r),
         )
     if r > t * tolerance:
         rule = (
@@ -116,7 +134,8 @@ def judge(
                     "same work on the same cores; make the pipeline's work cheaper (on an "
                     "accelerator host it competes only with the host's own work)."
                 )
-                return Judgement("host-bound", reason, rule, None)
+                host = decided("host-bound", "no_wait_beside_the_step", "host", t, r)
+                return Judgement("host-bound", reason, rule, None, decision=host)
             in_next = f" ({spent:.2f} ms per step in Grain next())" if spent is not None else ""
             reason = (
                 f"{slower}, and the loop hardly waits on the device: no sync. The training "
@@ -124,7 +143,8 @@ def judge(
                 "and dispatch, or the pipeline's competition for the host's cores. Move input "
                 "work off the training thread (mp_prefetch workers, read threads)."
             )
-            return Judgement("host-bound", reason, rule, None)
+            host = decided("host-bound", "training_thread_work", "host", t, r)
+            return Judgement("host-bound", reason, rule, None, decision=host)
         reason = (
             f"{slower}: input and the step do not overlap, as when the loop forces a "
             "host-device sync every step (print(loss), float(x), .block_until_ready()). Read "
@@ -135,7 +155,8 @@ def judge(
                 f" The pipeline has little headroom (within {within} of the step), so part "
                 "of the gap may be input."
             )
-        return Judgement("sync-bound", reason + _sync_evidence(evidence), rule, None)
+        sync = decided("sync-bound", "real_slower_no_overlap", "sync", t, r)
+        return Judgement("sync-bound", reason + _sync_evidence(evidence), rule, None, decision=sync)
     rule = (
         f"loader <= target x {tolerance:.2f} ({lo:.2f} <= {t * tolerance:.2f} ms) and "
         f"real <= target x {tolerance:.2f} ({r:.2f} <= {t * tolerance:.2f} ms)"
@@ -146,7 +167,12 @@ def judge(
         "the step nothing; the device's work (or the host's dispatch of it) sets the pace."
     )
     return Judgement(
-        "device-bound", reason, rule, None, cores_share_ms=_share_if_slower(t, tolerance, evidence)
+        "device-bound",
+        reason,
+        rule,
+        None,
+        cores_share_ms=_share_if_slower(t, tolerance, evidence),
+        decision=decided("device-bound", "within_tolerance", "device", t, r),
     )
 
 
@@ -211,7 +237,8 @@ def _workers_on_the_cores(
             "the cores, this backend's device, set the pace. On an accelerator the workers' "
             "work runs beside the device's; here only cheaper preprocessing wins the rest."
         )
-        return Judgement("device-bound", reason, rule, None, cores_share_ms=share)
+        device = decided("device-bound", "workers_on_the_cores", "device", held, r)
+        return Judgement("device-bound", reason, rule, None, cores_share_ms=share, decision=device)
     reason = (
         f"The real step ({r:.2f} ms) is {r / t - 1:.0%} above the step with free input "
         f"({t:.2f} ms), more than the workers' {batch:.2f} ms of CPU per batch on the "
@@ -222,7 +249,8 @@ def _workers_on_the_cores(
         "would not help; make that work cheaper (analyze on a capture shows the training "
         "thread's time between steps)."
     )
-    return Judgement("host-bound", reason, rule, None, cores_share_ms=share)
+    host = decided("host-bound", "workers_on_the_cores", "host", held, r)
+    return Judgement("host-bound", reason, rule, None, cores_share_ms=share, decision=host)
 
 
 def _sync_evidence(evidence: Evidence) -> str:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect.analysis.result import Recommendation
+from traceinspect.analysis.rules import Decision
 from traceinspect.capture import PhaseRun
 from traceinspect.isolate.evidence import Evidence, _evidence
-from traceinspect.isolate.judge import TOLERANCE, Judgement, judge
+from traceinspect.isolate.judge import TOLERANCE, Judgement, decided, judge
 from traceinspect.isolate.text import LOADER, PHASE_NAMES, PHASES, REAL, TARGET
 from traceinspect.isolate.timing import BUSY_OTHERS, PhaseTiming, phase_timing
 from traceinspect.vocabulary import Verdict
@@ -59,6 +60,8 @@ class Isolation:
     #: The verdict the next-best run of each phase gives (None with one run of a phase):
     #: when it differs from the best runs' after every round, the verdict is "unknown".
     next_best_verdict: str | None = None
+    #: The rule that fired, its cause and share (``decided_by``, as ``analyze`` prints it).
+    decision: Decision | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class Isolation:
             "loader_batch_ms": round(self.loader_batch_ms, 3),
             "real_step_ms": round(self.real_step_ms, 3),
             "verdict": self.verdict,
+            "decided_by": None if self.decision is None else self.decision.to_dict(),
             "reason": self.reason,
             "rule": self.rule,
             "tolerance": self.tolerance,
@@ -190,6 +194,7 @@ def summarize(
         notes=notes,
         workers=judged.workers,
         next_best_verdict=next_best,
+        decision=judged.decision,
     )
 
 
@@ -254,4 +259,6 @@ def _unsettled(
         f"{next_best} ({spreads}). The machine's speed changed between runs by more than "
         "the verdict's margin; run isolate again on a quieter machine, or with more --rounds."
     )
-    return Judgement("unknown", reason, f"best runs: {judged.rule}", None, None)
+    target, real = timings[0].mean_ms, timings[2].mean_ms
+    unsettled = decided("unknown", "runs_disagree", "unknown", target, real)
+    return Judgement("unknown", reason, f"best runs: {judged.rule}", None, None, decision=unsettled)
