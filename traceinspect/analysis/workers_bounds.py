@@ -1,0 +1,89 @@
+"""A worker count's bounds: its headroom, the pace a batch must beat, the core and memory caps."""
+
+from __future__ import annotations
+
+import math
+
+from traceinspect.analysis.workers_inputs import WorkerInputs
+
+HEADROOM = 1.25
+# A Grain worker is a Python process holding the pipeline's modules: what one costs in RAM
+# besides its buffered batches (measured on this project's machine: ~150-250 MB RSS).
+WORKER_OVERHEAD_BYTES = 256 << 20
+MEMORY_SHARE = 0.8  # of the memory available at capture time
+
+
+def _per_worker_bytes(inputs: WorkerInputs) -> int:
+    measured = inputs.measured
+    overhead = measured.rss_bytes if measured and measured.rss_bytes else WORKER_OVERHEAD_BYTES
+    return overhead + (inputs.bytes_per_batch or 0) * (inputs.per_worker_buffer_size or 1)
+
+
+def _limits(inputs: WorkerInputs) -> tuple[int | None, int | None]:
+    by_cores = inputs.cpus if inputs.cpus else None
+    measured = inputs.measured
+    # Workers that wait on reads leave their core free while they wait: measured in the
+    # workers, or, without workers, in the read threads that ran the stages.
+    share = measured.core_share if measured is not None else inputs.stage_cpu_share
+    if by_cores is not None and share is not None:
+        by_cores = max(1, math.floor(by_cores / max(share, 1 / 64)))
+    by_memory = None
+    if inputs.memory_available_bytes:
+        by_memory = max(
+            1, int(inputs.memory_available_bytes * MEMORY_SHARE // _per_worker_bytes(inputs))
+        )
+    return by_cores, by_memory
+
+
+def _capped(inputs: WorkerInputs, needed: int) -> tuple[int, str | None, int | None, int | None]:
+    """``needed`` within the core and memory limits: (value, the limit that bound it or
+    None, the core limit, the memory limit)."""
+    by_cores, by_memory = _limits(inputs)
+    value, bound = needed, None
+    if by_cores is not None and value > by_cores:
+        value, bound = by_cores, "cores"
+    if by_memory is not None and value > by_memory:
+        value, bound = by_memory, "memory"
+    return value, bound, by_cores, by_memory
+
+
+def _host_floor(inputs: WorkerInputs, cpu_ms: float | None) -> tuple[float, bool]:
+    """The fastest step the host allows (ms; 0 when unknown): the host's CPU work per step
+    ``cpu_ms`` over the cores, or the floor measured otherwise (``inputs.host_floor_ms``)
+    where that is higher; and whether the latter stands."""
+    floor = cpu_ms / inputs.cpus if cpu_ms and inputs.cpus else 0.0
+    if inputs.host_floor_ms is not None and inputs.host_floor_ms > floor:
+        return inputs.host_floor_ms, True
+    return floor, False
+
+
+def _pace(
+    inputs: WorkerInputs, floor: float, measured_floor: bool, cpu_ms: float | None
+) -> tuple[float, str, bool]:
+    """How often the loop needs a batch (ms), in words, and whether a per-step read sets it.
+
+    The device's work, or the host's floor where higher (``_host_floor``'s figure, whether it
+    was measured otherwise, and the host's CPU work per step it came from). A loop that reads
+    a device value every step runs its read, its own work and the device's one after another,
+    so its read floor (``inputs.read_floor_ms``, which holds the device's work) stands in
+    where it is higher still."""
+    d = inputs.device_busy_ms
+    read = inputs.read_floor_ms
+    if read is None or read <= max(d, floor):
+        if floor <= d:
+            return d, f"the device needs one every {d:.2f} ms", False
+        if measured_floor:
+            basis = f"{inputs.host_floor_basis} allow"
+        else:
+            basis = (
+                f"the host's CPU work per step ({cpu_ms or 0:.2f} ms on {inputs.cpus} core(s)) "
+                "allows"
+            )
+        return floor, f"{basis} a step every {floor:.2f} ms at best", False
+    return (
+        read,
+        f"the loop reads a device value every step, so its steps run one after another (the "
+        f"device's {d:.2f} ms of work among them) and need one every "
+        f"{read:.2f} ms",
+        True,
+    )
