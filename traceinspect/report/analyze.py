@@ -49,8 +49,28 @@ def _stages_line(st: InputStages, step_ms: float | None = None) -> str:
     )
 
 
+def decided_line(a: Analysis) -> str | None:
+    """Which rule of the decision table named the verdict, on what figure, and the
+    runner-up (``decided_by``); None for an analysis without a decision."""
+    d = a.decision
+    if d is None:
+        return None
+    if d.cause == "device":
+        what = f"the device busy {d.share:.0%} of step time"
+    else:
+        basis = {
+            "observed": "idle time",
+            "inferred": "inferred",
+            "measured": "measured over the run",
+        }[d.basis]
+        what = f"{d.cause}, {d.share:.0%} of step time ({basis})"
+    runner = f"; runner-up {d.runner_up} {d.runner_up_share:.0%}" if d.runner_up else ""
+    return f"Decided   by rule {d.rule}: {what}{runner}"
+
+
 def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
-    out = [f"Verdict   {a.verdict}: {a.summary}", ""]
+    decided = decided_line(a)
+    out = [f"Verdict   {a.verdict}: {a.summary}", *([decided] if decided else []), ""]
     devices = ", ".join(a.devices)
     out.append(f"Backend   {a.backend} ({devices})")
     s = a.steps
