@@ -23,7 +23,7 @@ the analysis measured (the verdict, the worker-count recommendation, dispatches 
 - ``workers_vs_files``: more ``mp_prefetch`` workers than files per host under an
   ``InterleaveIterDataset`` (MaxText's rule; see :func:`_workers_vs_files`).
 
-Across the hosts of a pod, ``analysis/straggler.py`` adds ``same_data_on_hosts``, and for a
+Across the hosts of a pod, ``analysis/pod_advice.py`` adds ``same_data_on_hosts``, and for a
 host whose trace could not be analysed, the checks of its sidecar alone
 (:func:`sidecar_findings`).
 """

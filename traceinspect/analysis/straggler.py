@@ -31,15 +31,28 @@ Analysis` results; reading files and running the per-host work in parallel is
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traceinspect import schema as S
-from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis, Finding, Recommendation
+from traceinspect.analysis.pod_advice import pod_findings, pod_recommendations, pod_verdict
+from traceinspect.analysis.pod_result import HostResult, PodAnalysis, Straggler
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Analysis
 from traceinspect.vocabulary import CAUSES, MATTERS
+
+__all__ = [
+    "HostResult",
+    "PodAnalysis",
+    "Straggler",
+    "align_steps",
+    "analyze_pod",
+    "find_straggler",
+    "host_table",
+    "per_step_table",
+    "pod_findings",
+]
 
 # The straggler's input idle time must be at least this many times any other host's.
 DISTINCT = 2.0
@@ -51,140 +64,7 @@ MAJORITY = 0.5
 COLLECTIVE_HEAVY = 0.5
 
 _STEP_COLUMNS = (S.WALL_NS, S.BUSY_NS, S.COLLECTIVE_NS, S.IDLE_NS)
-
-
-@dataclass(frozen=True, eq=False)
-class HostResult:
-    """One host's part of a multi-host analysis: its analysis, or why there is none."""
-
-    host: str
-    location: str
-    file_bytes: int
-    analysis: Analysis | None
-    error: str | None = None
-    seconds: float = 0.0  # reading and analysing this host's file
-    #: Digests of the first batches this host's loop drew, from its capture sidecar: read
-    #: even when the trace could not be analysed (a window the analysis refused, a trace
-    #: without events), so the cross-host data check still sees every host.
-    first_batches: tuple[str, ...] = ()
-    #: For a host that could not be analysed: the checks of its capture sidecar alone
-    #: (``findings.sidecar_findings``); an analysed host's are in its analysis.
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.analysis is not None
-
-    @property
-    def batch_digests(self) -> tuple[str, ...]:
-        """The host's batch digests: its analysis's, else those read from its sidecar."""
-        if self.analysis is not None and self.analysis.first_batches:
-            return self.analysis.first_batches
-        return self.first_batches
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """The host that starves the pod, and how sure the evidence makes us.
-
-    ``input_wait_ms_per_step`` and ``others_input_wait_ms_per_step`` are input *idle* times
-    (the device idle for input, the pod tables' ``input_idle_ms_per_step``); the fields keep
-    their historical names because ``to_dict()`` gives them as ``analyze --json`` keys.
-    """
-
-    host: str
-    starved_steps: int  # aligned steps in which this host's input idle time was the longest
-    aligned_steps: int
-    input_wait_ms_per_step: float  # input idle time, median, this host
-    others_input_wait_ms_per_step: float  # the largest input idle median among the others
-    collective_ms_per_step: float  # median, this host
-    others_collective_ms_per_step: float  # median over the other hosts
-    explained_fraction: float | None  # others' extra collective time / its input idle time
-    confirmed: bool
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True, eq=False)
-class PodAnalysis:
-    """The result of :func:`analyze_pod`; ``to_dict()`` is what ``analyze --json`` prints
-    for a run with several hosts."""
-
-    path: str
-    run: str
-    results: tuple[HostResult, ...]
-    #: One row per host (index ``host``): verdict, step times, input idle, collective time.
-    hosts: pd.DataFrame = field(repr=False)
-    #: One row per (step, host) for the steps all analysed hosts traced (ns columns).
-    steps: pd.DataFrame = field(repr=False)
-    #: One row per aligned step: slowest host, starved host, spread of step times.
-    per_step: pd.DataFrame = field(repr=False)
-    straggler: Straggler | None
-    verdict: str
-    summary: str
-    recommendations: tuple[Recommendation, ...]
-    notes: tuple[str, ...] = ()
-    #: What is set up wrong across hosts (each host's own findings are in its analysis).
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def analyses(self) -> dict[str, Analysis]:
-        """The per-host analyses that succeeded, by host name."""
-        return {r.host: r.analysis for r in self.results if r.analysis is not None}
-
-    def to_dict(self, max_gaps: int = 10) -> dict[str, Any]:
-        def keyed(row: pd.Series | dict[Any, Any]) -> dict[str, Any]:
-            return {_JSON_KEY.get(str(k), str(k)): _jsonable(v) for k, v in row.items()}
-
-        hosts = []
-        for r in self.results:
-            entry: dict[str, Any] = {S.HOST: r.host, "location": r.location}
-            entry["file_bytes"] = r.file_bytes
-            entry["seconds"] = round(r.seconds, 3)
-            if r.analysis is None:
-                entry[S.ERROR] = r.error
-            else:
-                row = self.hosts.loc[r.host]
-                entry[S.ROLE] = str(row[S.ROLE])
-                entry["analysis"] = r.analysis.to_dict(max_gaps=max_gaps)
-            hosts.append(entry)
-        return {
-            "path": self.path,
-            "run": self.run,
-            "host_count": len(self.results),
-            "analysed_hosts": len(self.analyses),
-            "verdict": self.verdict,
-            "summary": self.summary,
-            "straggler": None if self.straggler is None else self.straggler.to_dict(),
-            "recommendations": [r.to_dict() for r in self.recommendations],
-            "hosts_table": [{S.HOST: str(h), **keyed(row)} for h, row in self.hosts.iterrows()],
-            "steps": [keyed(r) for r in self.per_step.to_dict(orient="records")],
-            "hosts": hosts,
-            "notes": list(self.notes),
-            "findings": [f.to_dict() for f in self.findings],
-        }
-
-
-# Pod table columns whose analyze --json key keeps its historical spelling: "input wait"
-# there is the device's input idle time (the column's name), not the training thread's
-# wait for a batch (the sweep's input_wait_ms). Readers of the JSON rely on these keys.
-_JSON_KEY = {
-    S.INPUT_IDLE_MS_PER_STEP: "input_wait_ms_per_step",
-    S.STARVED_INPUT_IDLE_MS: "starved_input_wait_ms",
-}
 _INPUT_IDLE_NS = S.idle_cause_ns("input")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        return None if np.isnan(value) else round(float(value), 4)
-    if value is pd.NA or value is None:
-        return None
-    return value if isinstance(value, (int, str, bool)) else str(value)
 
 
 def _median(values: pd.Series | np.ndarray) -> float:
@@ -406,8 +286,8 @@ def analyze_pod(
                 "collectives (median over hosts) and no single host explains it: hosts wait "
                 "for each other in turn (jitter), or the step is communication-bound."
             )
-    verdict, summary = _pod_verdict(analyses, straggler, table)
-    recs = _recommendations(analyses, straggler)
+    verdict, summary = pod_verdict(analyses, straggler, table)
+    recs = pod_recommendations(analyses, straggler)
     return PodAnalysis(
         path=path,
         run=run,
@@ -422,129 +302,3 @@ def analyze_pod(
         notes=tuple(notes),
         findings=pod_findings(results),
     )
-
-
-def pod_findings(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
-    """Across hosts: hosts whose loops drew the same first batches read the same data, not
-    each its own slice (``same_data_on_hosts``; every host counts, analysed or not: the
-    digests come from the capture sidecar); then the sidecar's own findings of each host
-    that could not be analysed, named."""
-    unanalysed = tuple(
-        replace(f, message=f"{r.host} (not analysed; from its capture sidecar): {f.message}")
-        for r in results
-        if r.analysis is None
-        for f in r.findings
-    )
-    return _same_data(results) + unanalysed
-
-
-def _same_data(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
-    by_digest: dict[str, list[str]] = {}
-    for r in sorted(results, key=lambda r: r.host):
-        for digest in set(r.batch_digests):
-            by_digest.setdefault(digest, []).append(r.host)
-    groups = sorted({tuple(h) for h in by_digest.values() if len(h) > 1})
-    if not groups:
-        return ()
-    named = "; ".join(", ".join(g) for g in groups)
-    return (
-        Finding(
-            "same_data_on_hosts",
-            "warning",
-            f"Hosts read the same batches: {named} drew identical first batches (capture's "
-            "digest of their contents), so each host trains on the same data instead of its "
-            "own slice.",
-            "Shard the input by process: grain.sharding.ShardOptions(shard_index="
-            "jax.process_index(), shard_count=jax.process_count()) or, for a MapDataset, "
-            "ds[jax.process_index()::jax.process_count()] before shuffling and batching.",
-        ),
-    )
-
-
-def _pod_verdict(
-    analyses: dict[str, Analysis], straggler: Straggler | None, table: pd.DataFrame
-) -> tuple[str, str]:
-    if straggler is not None:
-        return "straggler", straggler.message
-    if not analyses:
-        return "error", "No host could be analysed."
-    counts = Counter(a.verdict for a in analyses.values())
-    common, n = counts.most_common(1)[0]
-    step_ms = table[S.MEDIAN_STEP_MS].astype(float)
-    slowest = str(step_ms.idxmax())
-    if n == len(analyses):
-        return common, (
-            f"All {n} hosts are {common}; the slowest, {slowest}, takes "
-            f"{step_ms[slowest]:.2f} ms/step (median). "
-            f"{analyses[slowest].summary}"
-        )
-    spread = ", ".join(f"{v}: {c}" for v, c in counts.most_common())
-    verdict = analyses[slowest].verdict
-    return verdict, (
-        f"Hosts disagree ({spread}); the slowest host, {slowest}, is {verdict}: "
-        f"{analyses[slowest].summary}"
-    )
-
-
-def _recommendations(
-    analyses: dict[str, Analysis], straggler: Straggler | None
-) -> tuple[Recommendation, ...]:
-    """What to do, pod-wide: the straggler's own fixes first, and one worker count for
-    every host (they run the same pipeline, each on its shard)."""
-    recs: list[Recommendation] = []
-    if straggler is not None:
-        recs.append(
-            Recommendation(
-                "fix_straggler",
-                f"Look at {straggler.host} first: every host loads its own shard "
-                "(global batch / process count), so one slow pipeline sets the pace of "
-                "the pod. Compare its data shard, disk or network reads and CPU load "
-                "with the other hosts'.",
-                host=straggler.host,
-            )
-        )
-        own = analyses.get(straggler.host)
-        if own is not None:
-            recs.extend(
-                replace(r, on_host=straggler.host)
-                for r in own.recommendations
-                if r.kind not in ("device_bound", GRAIN_WORKER_COUNT)
-            )
-    else:
-        # No straggler: what the hosts' own analyses advise, most common first.
-        by_kind: dict[str, tuple[Recommendation, list[str]]] = {}
-        for h, a in analyses.items():
-            for r in a.recommendations:
-                if r.kind != GRAIN_WORKER_COUNT:
-                    by_kind.setdefault(r.kind, (r, []))[1].append(h)
-        for rec, on in sorted(by_kind.values(), key=lambda item: -len(item[1])):
-            where = "every host" if len(on) == len(analyses) else ", ".join(sorted(on))
-            recs.append(
-                replace(rec, on_hosts=tuple(sorted(on)), message=f"({where}) {rec.message}")
-            )
-    workers = {
-        h: r for h, a in analyses.items() for r in a.recommendations if r.kind == GRAIN_WORKER_COUNT
-    }
-    if workers:
-        need = max(workers, key=lambda h: int(workers[h].value or 0))
-        value = int(workers[need].value or 0)
-        currents = {r.current for r in workers.values()}
-        current = currents.pop() if len(currents) == 1 else None
-        if current is not None and value <= int(current):
-            message = f"Keep the Grain worker count at {current} on every host."
-        else:
-            message = (
-                f"Set the Grain worker count to {value} on every host: {need} needs it; "
-                f"{workers[need].reason}."
-            )
-        recs.append(
-            Recommendation(
-                GRAIN_WORKER_COUNT,
-                message,
-                value=value,
-                current=current,
-                host=need,
-                per_host={h: int(r.value or 0) for h, r in workers.items()},
-            )
-        )
-    return tuple(recs)
