@@ -90,7 +90,7 @@ _HTML_OF_TYPE = (
     ("traceinspect.trace", "Trace", "trace_html"),
     ("traceinspect.analysis.result", "Analysis", "analysis_html"),
     ("traceinspect.analysis.compare", "Comparison", "comparison_html"),
-    ("traceinspect.analysis.straggler", "PodAnalysis", "pod_html"),
+    ("traceinspect.analysis.pod_result", "PodAnalysis", "pod_html"),
     ("traceinspect.sweep._summary", "SweepResult", "sweep_html"),
 )
 
