@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_version", "errors", "schema", "thresholds", "vocabulary", "names", "sidecar"),  # base
     ("xplane",),  # reading: files -> frames
-    ("trace", "intervals", "loading"),  # the trace model (read in the background: loading)
+    # the trace model (its arrays, where it came from; read in the background: loading)
+    ("trace", "trace_arrays", "trace_source", "intervals", "loading"),
     ("backends",),  # device activity per layout
     ("analysis",),  # pure functions over the model
     (
