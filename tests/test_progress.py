@@ -18,7 +18,7 @@ from terminal import REPO, run_on_terminal
 from traceinspect.capture import CaptureProgress
 from traceinspect.capture import _runner as capture_runner
 from traceinspect.capture._child.window import _Capture
-from traceinspect.cli import _options, _progress, main
+from traceinspect.cli import _options, _progress, _trace_input, main
 from traceinspect.cli._progress import StatusLine, duration
 from traceinspect.cli.capture import progress_text
 from traceinspect.cli.sweep import _Progress
@@ -133,7 +133,7 @@ def test_analyze_shows_decoding_on_a_terminal_only_and_never_with_json(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_progress, "is_terminal", lambda stream: True)
-    monkeypatch.setattr(_options, "DECODE_PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(_trace_input, "DECODE_PROGRESS_AFTER_S", 0.0)
     runner = CliRunner()
     shown = runner.invoke(main, ["analyze", str(SAMPLE), "--no-cache"])
     assert shown.exit_code == 0, shown.output
