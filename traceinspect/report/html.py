@@ -23,8 +23,8 @@ from traceinspect.report.plots import (
     CAUSE_COLORS,
     analysis_figures,
     figure_png,
-    finding,
 )
+from traceinspect.report.titles import finding
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES, STAGES, band
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from traceinspect import schema as S
 from traceinspect.report.axes import figure_of as _figure_of
 from traceinspect.report.axes import new_axes as _new_axes
-from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS, draw_timeline, figure_png, top_cause
+from traceinspect.report.plots import BUSY_COLOR, CAUSE_COLORS, draw_timeline, figure_png
 from traceinspect.report.sweep import choice_sentence
+from traceinspect.report.titles import top_cause
 from traceinspect.sweep._summary import RUN_DIR
 from traceinspect.vocabulary import CAUSES, STAGES, band
 

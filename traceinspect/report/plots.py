@@ -33,8 +33,9 @@ from traceinspect.intervals import Intervals
 from traceinspect.report.axes import figure_of as _figure_of
 from traceinspect.report.axes import finish_axes
 from traceinspect.report.axes import new_axes as _new_axes
+from traceinspect.report.titles import finding
 from traceinspect.trace import Trace
-from traceinspect.vocabulary import CAUSES, MATTERS, PRECEDENCE, VERDICTS
+from traceinspect.vocabulary import CAUSES, PRECEDENCE
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -55,7 +56,6 @@ IDLE_HATCH = "////"
 # What the training thread was doing, in the precedence the analysis gives idle instants.
 THREAD_ORDER = PRECEDENCE
 FIGURE_NAMES = ("timeline", "step_breakdown", "gap_distribution")
-_CAUSE_OF_VERDICT: dict[str, str] = {verdict: cause for cause, verdict in VERDICTS.items()}
 
 
 def _ns_to_ms(ns: np.ndarray | pd.Series | int, origin_ns: int = 0) -> np.ndarray:
@@ -72,47 +72,6 @@ def _spans(iv: Intervals, origin_ns: int) -> list[tuple[float, float]]:
 def format_ms(value: float) -> str:
     """Milliseconds with one decimal, or two significant digits below 1 ms."""
     return f"{value:,.1f} ms" if value >= 1 or value == 0 else f"{value:.2g} ms"
-
-
-def top_cause(analysis: Analysis) -> str | None:
-    """The cause of idle time the verdict names, from the decision (None when the run is
-    device-bound, or when a cause that is not idle time of its own decided it: a stall, a
-    callback, the loop's or the pipeline's CPU). An analysis without a decision (an old
-    record) is read back from its verdict."""
-    decision = analysis.decision
-    if decision is not None:
-        return decision.cause if decision.cause in CAUSES else None
-    if analysis.verdict == "unknown":
-        return "unknown"
-    return _CAUSE_OF_VERDICT.get(analysis.verdict)
-
-
-# What each cause that is not idle time of its own is, in a title.
-_RUN_CAUSE_WORDS = {
-    "stall": "a stall that recurs",
-    "callback": "a host callback in the step",
-    "loop_cpu": "the loop's own CPU work",
-    "pipeline_cpu": "the input pipeline's CPU work",
-}
-
-
-def finding(analysis: Analysis) -> str:
-    """The headline of the analysis in a few words, for titles: by the cause that decided."""
-    decision = analysis.decision
-    if decision is not None and decision.cause in _RUN_CAUSE_WORDS:
-        return (
-            f"Device idle {analysis.idle_fraction:.0%} of step time; "
-            f"{_RUN_CAUSE_WORDS[decision.cause]} costs {decision.share:.0%}"
-        )
-    cause = top_cause(analysis)
-    if cause is None:
-        return (
-            f"Device busy {analysis.busy_fraction:.0%} of step time; "
-            f"no cause of idle time reaches {MATTERS:.0%}"
-        )
-    share = analysis.cause_fractions[cause]
-    what = "unexplained" if cause == "unknown" else cause
-    return f"Device idle {analysis.idle_fraction:.0%} of step time, mostly {what} ({share:.0%})"
 
 
 def timeline_of(trace: Trace, analysis: Analysis, host: HostActivity | None = None) -> Timeline:
