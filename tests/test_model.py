@@ -278,3 +278,27 @@ def test_no_module_is_over_450_lines_and_the_orchestrator_is_small() -> None:
 def test_the_thresholds_registry_holds_the_decisions_bands() -> None:
     assert REGISTRY["MATTERS"] == MATTERS and REGISTRY["DOMINATES"] == DOMINATES
     assert all(0 < v < 2 for v in REGISTRY.values())
+
+
+@pytest.mark.parametrize(
+    ("run", "rule", "host"),
+    [("pod/straggler", "straggler", "host2"), ("pod/balanced", "all_hosts_agree", None)],
+)
+def test_a_pods_json_says_what_decided_it(run: str, rule: str, host: str | None) -> None:
+    """The pod's own rule and the host it follows, with that host's decided_by."""
+    import json
+
+    from click.testing import CliRunner
+
+    from traceinspect.cli import main
+
+    sample = PACKAGE.parent / "sample_traces" / run
+    result = CliRunner().invoke(main, ["analyze", str(sample), "--json", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    decided = out["decided_by"]
+    assert decided["rule"] == rule
+    assert host is None or decided["host"] == host
+    followed = next(h for h in out["hosts"] if h["host"] == decided["host"])
+    assert decided["host_decided_by"] == followed["analysis"]["decided_by"]
+    assert all(h["analysis"]["decided_by"]["rule"] for h in out["hosts"])

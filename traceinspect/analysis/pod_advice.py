@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import pandas as pd
 
@@ -52,27 +53,43 @@ def _same_data(results: tuple[HostResult, ...]) -> tuple[Finding, ...]:
 
 def pod_verdict(
     analyses: dict[str, Analysis], straggler: Straggler | None, table: pd.DataFrame
-) -> tuple[str, str]:
+) -> tuple[str, str, dict[str, Any]]:
+    """The pod's verdict, its sentence, and what decided it (``decided_by``): the pod's
+    rule (``straggler``, ``all_hosts_agree``, ``slowest_host``, ``no_host``), the host it
+    follows, and that host's own ``decided_by``."""
     if straggler is not None:
-        return "straggler", straggler.message
+        return "straggler", straggler.message, _decided("straggler", straggler.host, analyses)
     if not analyses:
-        return "error", "No host could be analysed."
+        return "error", "No host could be analysed.", _decided("no_host", None, analyses)
     counts = Counter(a.verdict for a in analyses.values())
     common, n = counts.most_common(1)[0]
     step_ms = table[S.MEDIAN_STEP_MS].astype(float)
     slowest = str(step_ms.idxmax())
     if n == len(analyses):
-        return common, (
+        return (
+            common,
             f"All {n} hosts are {common}; the slowest, {slowest}, takes "
             f"{step_ms[slowest]:.2f} ms/step (median). "
-            f"{analyses[slowest].summary}"
+            f"{analyses[slowest].summary}",
+            _decided("all_hosts_agree", slowest, analyses),
         )
     spread = ", ".join(f"{v}: {c}" for v, c in counts.most_common())
     verdict = analyses[slowest].verdict
-    return verdict, (
+    return (
+        verdict,
         f"Hosts disagree ({spread}); the slowest host, {slowest}, is {verdict}: "
-        f"{analyses[slowest].summary}"
+        f"{analyses[slowest].summary}",
+        _decided("slowest_host", slowest, analyses),
     )
+
+
+def _decided(rule: str, host: str | None, analyses: dict[str, Analysis]) -> dict[str, Any]:
+    decision = analyses[host].decision if host in analyses else None
+    return {
+        "rule": rule,
+        "host": host,
+        "host_decided_by": None if decision is None else decision.to_dict(),
+    }
 
 
 def pod_recommendations(

@@ -88,6 +88,9 @@ class PodAnalysis:
     notes: tuple[str, ...] = ()
     #: What is set up wrong across hosts (each host's own findings are in its analysis).
     findings: tuple[Finding, ...] = ()
+    #: What decided the pod's verdict: its rule, the host it follows, that host's own
+    #: ``decided_by`` (``analysis/pod_advice.py``'s ``pod_verdict``).
+    decided_by: dict[str, Any] | None = None
 
     @property
     def analyses(self) -> dict[str, Analysis]:
@@ -116,6 +119,7 @@ class PodAnalysis:
             "host_count": len(self.results),
             "analysed_hosts": len(self.analyses),
             "verdict": self.verdict,
+            "decided_by": self.decided_by,
             "summary": self.summary,
             "straggler": None if self.straggler is None else self.straggler.to_dict(),
             "recommendations": [r.to_dict() for r in self.recommendations],

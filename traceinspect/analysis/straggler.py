@@ -286,7 +286,7 @@ def analyze_pod(
                 "collectives (median over hosts) and no single host explains it: hosts wait "
                 "for each other in turn (jitter), or the step is communication-bound."
             )
-    verdict, summary = pod_verdict(analyses, straggler, table)
+    verdict, summary, decided_by = pod_verdict(analyses, straggler, table)
     recs = pod_recommendations(analyses, straggler)
     return PodAnalysis(
         path=path,
@@ -301,4 +301,5 @@ def analyze_pod(
         recommendations=recs,
         notes=tuple(notes),
         findings=pod_findings(results),
+        decided_by=decided_by,
     )
