@@ -11,10 +11,9 @@ import pytest
 DOCS = Path(__file__).parent.parent / "docs"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_cli_reference", DOCS / "make_cli_reference.py"
-    )
+def _script(name: str = "make_cli_reference") -> ModuleType:
+    """One of the docs' generator scripts (docs/NAME.py), loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -56,12 +55,7 @@ def test_help_has_examples(path: tuple[str, ...]) -> None:
 
 
 def test_the_rules_and_thresholds_tables_are_up_to_date() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "make_rules_reference", DOCS / "make_rules_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("make_rules_reference")
     current = (DOCS / "causes.md").read_text(encoding="utf-8")
     assert current == script.render(current), (
         "docs/causes.md's rules or thresholds table differs from the code: run "
