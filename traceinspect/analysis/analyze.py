@@ -28,7 +28,7 @@ from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.measure import Measured, measure
 from traceinspect.analysis.result import Analysis, StepSummary, Timeline
 from traceinspect.analysis.rules import Decision, decide, idle_claims
-from traceinspect.analysis.window import median, window_check
+from traceinspect.analysis.window import median
 from traceinspect.analysis.workers import WorkerMeasurement
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
@@ -85,7 +85,7 @@ def analyze(trace: Trace) -> Analysis:
         gap_columns=m.gaps,
         notes=tuple(notes(m, found, decision)),
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS]) / 1e6, 4),
-        window=window_check(trace.sidecar)[0],
+        window=m.window,
         input_stages=m.stages,
         findings=checks,
         first_batches=grain.first_batches if grain is not None else (),

@@ -8,6 +8,7 @@ Everything here reads the decision (``analysis/rules.py``), what the trace showe
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from traceinspect.analysis.callbacks import Callbacks
 from traceinspect.analysis.detectors import Found, PipelinePace, Stall
@@ -15,7 +16,7 @@ from traceinspect.analysis.loop_cpu import LoopCpu
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.reads import ReadsBehind, reads_behind
 from traceinspect.analysis.rules import Decision
-from traceinspect.analysis.window import FEW_STEPS, window_check
+from traceinspect.analysis.window import FEW_STEPS
 from traceinspect.thresholds import MATTERS, OUTSIDE_NOTE, RUNTIME_NOTE, SYNC_RECURS
 from traceinspect.vocabulary import band
 
@@ -71,11 +72,11 @@ def _loop_cpu(m: Measured, competing: LoopCpu) -> str:
 
 #: The summary of a verdict a run-level cause decided, by that cause (an idle cause's or the
 #: device's: :func:`summary_text`).
-SUMMARIES: dict[str, Callable[[Measured, object], str]] = {
-    "stall": _stall,  # type: ignore[dict-item]
-    "callback": _callback,  # type: ignore[dict-item]
-    "loop_cpu": _loop_cpu,  # type: ignore[dict-item]
-    "pipeline_cpu": _pipeline_cpu,  # type: ignore[dict-item]
+SUMMARIES: dict[str, Callable[[Measured, Any], str]] = {
+    "stall": _stall,
+    "callback": _callback,
+    "loop_cpu": _loop_cpu,
+    "pipeline_cpu": _pipeline_cpu,
 }
 
 
@@ -179,9 +180,8 @@ def _capture_notes(m: Measured) -> list[str]:
     """What the capture's sidecar (or its absence) and the trace's hosts say."""
     trace, steps = m.trace, m.steps
     out = []
-    _, window_note = window_check(trace.sidecar)
-    if window_note:
-        out.append(window_note)
+    if m.window_note:
+        out.append(m.window_note)
     elif trace.sidecar is None and len(steps) < FEW_STEPS:
         out.append(
             f"Only {len(steps)} complete steps, and nothing says whether they are steady: a "

@@ -10,6 +10,7 @@ ledger, whose parts sum to each step's wall time (``invariants``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from traceinspect.analysis.window import (
     drop_contextless_first_step,
     step_summary,
     typical,
+    window_check,
 )
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
@@ -53,7 +55,8 @@ class Measured:
     costs (the mean when steps come in bursts, else the median); ``fractions``: each
     cause's idle time as a share of the steps' wall time; ``sync_steps``: the share of
     steps with idle time after a read; ``sync_sites``: where the reads are, most idle
-    first; ``outside``: the share of the device's work (from
+    first; ``window``/``window_note``: how capture chose the window and what a reader should
+    know of it (from the sidecar); ``outside``: the share of the device's work (from
     the window's opening) outside the analysed steps."""
 
     trace: Trace
@@ -74,6 +77,8 @@ class Measured:
     sync_steps: float
     outside: float
     sync_sites: tuple[str, ...]
+    window: dict[str, Any] | None
+    window_note: str | None
 
     @property
     def step_ns(self) -> float:
@@ -141,6 +146,7 @@ def measure(trace: Trace) -> Measured:
     total_wall = int(per_step[S.WALL_NS].sum())
     by_cause: dict[str, int] = {c: int(gaps[c].sum()) for c in CAUSES}
     sync_idle = per_step[S.idle_cause_ns("sync")]
+    window, window_note = window_check(trace.sidecar)
     return Measured(
         trace=trace,
         activity=activity,
@@ -160,6 +166,8 @@ def measure(trace: Trace) -> Measured:
         sync_steps=float((sync_idle > 0).mean()) if len(sync_idle) else 0.0,
         outside=outside,
         sync_sites=sync_sites(gaps),
+        window=window,
+        window_note=window_note,
     )
 
 

@@ -188,7 +188,9 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
     if occasional:
         known["sync"] = 0.0
     largest_but_host = max(share.get(c, 0.0) for c in VERDICTS if c != "host")
-    idle = _idle_decision(known, share.get("unknown", 0.0))
+    top = max(known, key=known.__getitem__)
+    idle = _idle_decision(known[top], share.get("unknown", 0.0))
+    idle_verdict = _VERDICT_OF[top] if idle.verdict is None else idle.verdict
     chosen = idle
     for rule in RULES:
         claim = by_cause.get(rule.cause)
@@ -196,13 +198,22 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
             continue
         if rule.beats_idle and claim.share <= largest_but_host:
             continue
-        if rule.over is not None and _verdict_of(idle, known) not in rule.over:
+        if rule.over is not None and idle_verdict not in rule.over:
             continue
         chosen = rule
         break
-    busy = max(0.0, 1.0 - sum(share.get(c, 0.0) for c in CAUSES))
-    cause, basis, value, verdict = _named(chosen, known, by_cause, busy)
-    others = [c for c in by_cause.values() if c.cause not in (cause, "runtime")]
+    basis: Basis = "observed"
+    if chosen.cause == "device":
+        # The device's share: the step time it is busy.
+        cause, verdict = "device", idle_verdict
+        value = max(0.0, 1.0 - sum(share.get(c, 0.0) for c in CAUSES))
+    else:
+        # The idle_cause row names the largest known idle cause; every other row, its own.
+        cause = top if chosen.cause == "idle" else chosen.cause
+        claim = by_cause[cause]
+        basis, value = claim.basis, claim.share
+        verdict = chosen.verdict or claim.verdict or idle_verdict
+    others = [c for c in by_cause.values() if c.cause not in (cause, "runtime") and c.share > 0]
     runner = max(others, key=lambda c: c.share, default=None)
     return Decision(
         verdict=verdict,
@@ -210,44 +221,26 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         rule=chosen.id,
         share=value,
         basis=basis,
-        runner_up=runner.cause if runner is not None and runner.share > 0 else None,
-        runner_up_share=runner.share if runner is not None and runner.share > 0 else 0.0,
+        runner_up=None if runner is None else runner.cause,
+        runner_up_share=0.0 if runner is None else runner.share,
         occasional_sync=occasional and chosen.id != "recurring_stall",
         sync_steps=sync_steps,
     )
 
 
-def _idle_decision(known: dict[str, float], unknown: float) -> Rule:
-    """The idle row that fires: unexplained idle time, the largest known cause, or the
-    device."""
-    top = max(known, key=lambda c: known[c])
-    by_id = {r.id: r for r in RULES}
-    if unknown >= by_id["unexplained"].threshold and unknown > known[top]:
-        return by_id["unexplained"]
-    if known[top] >= by_id["idle_cause"].threshold:
-        return by_id["idle_cause"]
-    return by_id["device"]
+_BY_ID: Final = {r.id: r for r in RULES}
+# The verdict each idle cause names (the vocabulary's, keyed by plain strings).
+_VERDICT_OF: Final[dict[str, str]] = {str(c): str(v) for c, v in VERDICTS.items()}
 
 
-def _verdict_of(rule: Rule, known: dict[str, float]) -> str:
-    if rule.id == "idle_cause":
-        top = max(known, key=lambda c: known[c])
-        return {str(c): str(v) for c, v in VERDICTS.items()}[top]
-    assert rule.verdict is not None
-    return rule.verdict
-
-
-def _named(
-    rule: Rule, known: dict[str, float], by_cause: dict[str, Claim], busy: float
-) -> tuple[str, Basis, float, str]:
-    """The cause, basis, share and verdict a fired rule names (the device's share: the
-    step time it is busy)."""
-    if rule.cause == "device":
-        return "device", "observed", busy, "device-bound"
-    cause = max(known, key=lambda c: known[c]) if rule.cause == "idle" else rule.cause
-    claim = by_cause[cause]
-    verdict = rule.verdict or claim.verdict or _verdict_of(rule, known)
-    return cause, claim.basis, claim.share, verdict
+def _idle_decision(top_share: float, unknown: float) -> Rule:
+    """The idle row that fires, given the largest known idle share: unexplained idle time,
+    the largest known cause, or the device."""
+    if unknown >= _BY_ID["unexplained"].threshold and unknown > top_share:
+        return _BY_ID["unexplained"]
+    if top_share >= _BY_ID["idle_cause"].threshold:
+        return _BY_ID["idle_cause"]
+    return _BY_ID["device"]
 
 
 def rules_table() -> list[dict[str, Any]]:
