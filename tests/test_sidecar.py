@@ -40,6 +40,9 @@ def _keys(data: dict[str, Any]) -> dict[type, set[str]]:
         SC.ProfilerJSON: set(data["profiler"]),
         SC.StepJSON: {k for step in data["steps"] for k in step},
     }
+    load = data.get("machine_load")
+    if load:
+        out[SC.MachineLoadJSON] = set(load)
     arrays = data.get("global_arrays")
     if arrays:
         out[SC.GlobalArrayJSON] = {k for a in arrays for k in a}
@@ -66,6 +69,8 @@ def test_written_keys_are_declared(path: Path) -> None:
 NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     # Written by isolate's phases only: tests/capture/test_isolate_runs.py.
     SC.StepJSON: {"cpu_ms"},
+    # The machine's load over the window: tests/capture/test_machine_load.py.
+    SC.SidecarJSON: {"machine_load"},
 }
 
 
@@ -294,3 +299,50 @@ def test_commands_read_a_sidecar_with_nan_and_infinity(tmp_path: Path, command: 
     if command == "analyze":
         note = [line for line in result.stdout.splitlines() if "capture sidecar" in line]
         assert note and all(k in note[0] for k in ("wall_ms", "step_num", "first_step"))
+
+
+LOAD = {"window_s": 2.5, "cpu_count": 2, "others_cpu_cores": 1.1, "script_cpu_cores": 0.8}
+
+
+def test_the_machine_load_reads_back() -> None:
+    record = SC.parse({"machine_load": LOAD})
+    assert record is not None
+    assert record.machine_load == SC.MachineLoad(2.5, 2, 1.1, 0.8)
+    # Older sidecars have none; a capture that could not read /proc wrote null.
+    bundled = SC.parse(json.loads((SAMPLE / SC.FILE_NAME).read_text(encoding="utf-8")))
+    assert bundled is not None and "machine_load" not in bundled.data
+    assert bundled.machine_load is None
+    absent_values: tuple[object, ...] = (None, {}, [], "busy")
+    for absent in absent_values:
+        record = SC.parse({"machine_load": absent})
+        assert record is not None and record.machine_load is None and record.ignored == ()
+
+
+@pytest.mark.parametrize("key", ["window_s", "others_cpu_cores"])
+@pytest.mark.parametrize("bad", ["nan", "neg", "str"])
+def test_a_damaged_machine_load_reads_as_absent(key: str, bad: str) -> None:
+    data = json.loads(json.dumps({"machine_load": {**LOAD, key: _BAD_VALUES[bad]}}))
+    record = SC.parse(data)
+    assert record is not None and record.machine_load is None
+    assert record.ignored == (key,)
+
+
+@pytest.mark.parametrize(
+    ("cpu_count", "others", "cores", "left"),
+    [
+        (2, 0.1, 2, 2),
+        (2, 0.49, 2, 2),  # to the nearest core
+        (2, 0.51, 2, 1),
+        (2, 1.1, 2, 1),
+        (2, 2.0, 2, 1),  # never below one
+        (64, 10.4, 64, 54),
+        (64, 30.0, 4, 4),  # an affinity of 4 cores: others are taken to run on the rest
+        (64, 62.0, 4, 2),
+        (None, 1.0, 4, 3),  # the machine's count unknown: the cores the script may use
+        (2, 1.0, None, None),
+    ],
+)
+def test_the_cores_left(
+    cpu_count: int | None, others: float, cores: int | None, left: int | None
+) -> None:
+    assert SC.MachineLoad(1.0, cpu_count, others).cores_left(cores) == left

@@ -10,8 +10,9 @@ The format is declared once, here, as ``TypedDict``\\ s: the writer (``capture/_
 from the report of ``capture/_child/window.py``) builds those types, and :func:`parse` reads them
 into the frozen records the analysis uses (:class:`Sidecar`, :class:`Window`,
 :class:`HostStep`, :class:`GrainSettings`, :class:`WorkersMeasured`, :class:`HostFacts`,
-:class:`GlobalArray`), so mypy checks every key on both sides. Standard library only: the
-capture child (which runs without the package on its path) may load it by path.
+:class:`MachineLoad`, :class:`GlobalArray`), so mypy checks every key on both sides.
+Standard library only: the capture child (which runs without the package on its path) may
+load it by path.
 
 Versioning: ``schema_version`` counts changes of meaning. Fields are only ever added within a
 version, so a reader takes what it knows and ignores the rest; a sidecar of a newer version
@@ -65,6 +66,12 @@ Fields (times in Unix ns):
   ``memory_limit_source`` (that limit and the file it came from, e.g. ``cgroup v2
   /sys/fs/cgroup/.../memory.max``; null without one below the host's memory), ``platform``,
   ``python``
+- ``machine_load`` (null when /proc could not be read or no window was traced; absent in
+  older sidecars): how busy the machine was from the window's opening to its close:
+  ``window_s``, ``cpu_count`` (the machine's, as ``/proc/stat`` counts them),
+  ``others_cpu_cores`` (the cores other processes kept busy on average: the machine's busy
+  CPU time in ``/proc/stat`` less the script's process and its descendants', Grain's
+  workers included, from ``/proc/<pid>/stat``), ``script_cpu_cores`` (that tree's own)
 - ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
 - ``maxtext``: whether the script imported MaxText (absent in older sidecars:
   :attr:`Sidecar.ran_maxtext` then reads the command)
@@ -208,6 +215,18 @@ class HostJSON(TypedDict):
     python: str
 
 
+class MachineLoadJSON(TypedDict):
+    """How busy the machine was over the traced window, on average (cores)."""
+
+    window_s: float
+    #: The machine's cores (``os.cpu_count()``: all of them, whatever the affinity).
+    cpu_count: int | None
+    #: The machine's busy CPU time (``/proc/stat``) less the script's tree's, per second.
+    others_cpu_cores: float
+    #: The script's process and its live descendants (Grain's workers), per second.
+    script_cpu_cores: float
+
+
 class WorkerJSON(TypedDict):
     index: int | None
     pid: int | None
@@ -306,6 +325,7 @@ class ChildReportJSON(TypedDict, total=False):
     script_start_unix_ns: int | None
     profiler: ProfilerJSON
     host: HostJSON
+    machine_load: MachineLoadJSON | None
     versions: dict[str, str | None]
     maxtext: bool
     backend: dict[str, Any] | None
@@ -506,6 +526,28 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class MachineLoad:
+    """How busy the machine was over the traced window (:class:`MachineLoadJSON`), read."""
+
+    window_s: float
+    cpu_count: int | None
+    #: The cores other processes kept busy, on average.
+    others_cpu_cores: float
+    #: The cores the script's process and its descendants kept busy, on average.
+    script_cpu_cores: float | None = None
+
+    def cores_left(self, cores: int | None) -> int | None:
+        """Of ``cores`` the script may use (its affinity), those other processes left it:
+        the machine's cores less theirs, to the nearest whole core, at least 1 and at most
+        ``cores``. Others' load is the machine's: with an affinity of a few of its cores,
+        it is taken to fall on the others first. None without ``cores``."""
+        if not cores:
+            return None
+        machine = self.cpu_count or cores
+        return max(1, min(cores, math.floor(machine - self.others_cpu_cores + 0.5)))
+
+
+@dataclass(frozen=True)
 class StackSamples:
     """The training thread's sampled stack (:class:`StackSamplesJSON`), read."""
 
@@ -546,6 +588,8 @@ class Sidecar:
     global_arrays: tuple[GlobalArray, ...] = ()
     #: The training thread's sampled Python stack while tracing (None: not sampled).
     stack_samples: StackSamples | None = None
+    #: How busy the machine was over the traced window (None: not recorded).
+    machine_load: MachineLoad | None = None
     #: Fields left out because their value was unusable (NaN, Infinity, negative, wrong type).
     ignored: tuple[str, ...] = ()
 
@@ -705,6 +749,7 @@ def _parse(data: Mapping[str, Any]) -> Sidecar | None:
             a for a in map(_read_global_array, _read_list(raw.get("global_arrays"))) if a
         ),
         stack_samples=_read_stack_samples(raw.get("stack_samples")),
+        machine_load=_read_machine_load(raw.get("machine_load")),
     )
 
 
@@ -970,6 +1015,21 @@ def _read_worker(value: object) -> WorkerCounters | None:
         rss_bytes=_get_int(w, "rss_bytes"),
         timed_elements=w.get("timed_elements") is True,
         cpu_wait_s=_get_float(w, "cpu_wait_s"),
+    )
+
+
+def _read_machine_load(value: object) -> MachineLoad | None:
+    if not isinstance(value, Mapping) or not value:
+        return None
+    m = cast(MachineLoadJSON, value)
+    window_s, others = _get_float(m, "window_s"), _get_float(m, "others_cpu_cores")
+    if window_s is None or others is None:
+        return None
+    return MachineLoad(
+        window_s=window_s,
+        cpu_count=_get_int(m, "cpu_count"),
+        others_cpu_cores=others,
+        script_cpu_cores=_get_float(m, "script_cpu_cores"),
     )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._base import SOURCE_TIME
 from .facts import _NOT_DISTRIBUTED, _backend_info, _distributed_info, _host_info, _versions
-from .measured import others_cores, stages_measured, workers_measured
+from .measured import machine_load, others_cores, stages_measured, workers_measured
 
 if TYPE_CHECKING:  # the sidecar's format and the capture (never imported at run time)
     from traceinspect.sidecar import (
@@ -114,6 +114,9 @@ def build_report(cap: _State) -> ChildReportJSON:
         "global_arrays": cap.global_arrays,
         "stack_samples": cap.sampler.report() if cap.sampler is not None else None,
     }
+    if cap.timing is None:
+        # A phase of isolate says the same in its ``phase`` (isolate weighs it itself).
+        report["machine_load"] = machine_load(cap.at_open, cap.at_close)
     if cap.timing is not None:
         cast("PhaseReportJSON", report)["phase"] = {
             "timing": cap.timing,

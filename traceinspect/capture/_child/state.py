@@ -348,11 +348,9 @@ class _State:
         return self.worker_stats_dir
 
     def _snapshot(self) -> _Snapshot:
-        """This process's CPU time and the worker probes' counters, now (and, in a phase of
-        isolate, how busy the machine was)."""
-        return take_snapshot(
-            self.worker_stats_dir, self.stage_table, self.pid if self.timing is not None else None
-        )
+        """This process's CPU time, the worker probes' counters and how busy the machine
+        and this process's tree were, now."""
+        return take_snapshot(self.worker_stats_dir, self.stage_table, self.pid)
 
     def _workers_measured(self) -> WorkersMeasuredJSON | None:
         return workers_measured(self.at_open, self.at_close, self.batches_in_window)
