@@ -62,3 +62,12 @@ REGISTRY: Final[dict[str, float]] = {
     "RUNTIME_NOTE": RUNTIME_NOTE,
     "OUTSIDE_NOTE": OUTSIDE_NOTE,
 }
+
+#: Other processes keeping at least this share of the machine's cores busy over the traced
+#: window (capture's ``machine_load``: the machine's busy CPU time less the script's and its
+#: workers') size the worker count for the cores they left the script (the machine's less
+#: theirs, to the nearest core) and get a note: below it the count is sized as on a quiet
+#: machine. The bound isolate reruns a busy phase at (``isolate/timing.py``'s BUSY_OTHERS):
+#: on this project's shared 2-core machine quiet windows measured 0.01-0.14 cores of others'
+#: work, windows beside one busy loop 0.95-1.02.
+OTHERS_LOAD: Final = 0.15

@@ -17,6 +17,8 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.reads import ReadsBehind, reads_behind
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.window import FEW_STEPS
+from traceinspect.analysis.workers_inputs import cores_left, machine_busy
+from traceinspect.sidecar import MachineLoad, Sidecar
 from traceinspect.thresholds import MATTERS, OUTSIDE_NOTE, RUNTIME_NOTE, SYNC_RECURS
 from traceinspect.vocabulary import band
 
@@ -194,6 +196,9 @@ def _capture_notes(m: Measured) -> list[str]:
         out.append(trace.sidecar.untested_note)
     if trace.sidecar is not None and trace.sidecar.ignored_note:
         out.append(trace.sidecar.ignored_note)
+    busy = machine_busy(trace.sidecar)
+    if busy is not None:
+        out.append(_machine_note(busy, trace.sidecar))
     if len(trace.hosts) > 1:
         out.append(
             f"This trace merges {len(trace.hosts)} hosts into one timeline (their clocks "
@@ -201,6 +206,32 @@ def _capture_notes(m: Measured) -> list[str]:
             "`traceinspect analyze` does for a run directory."
         )
     return out
+
+
+def _machine_note(busy: MachineLoad, sidecar: Sidecar | None) -> str:
+    """Other processes kept a share of the machine busy while traced (OTHERS_LOAD)."""
+    host = sidecar.host if sidecar is not None else None
+    cores = host.cores if host is not None else None
+    machine = busy.cpu_count or cores
+    left = cores_left(sidecar)
+    if left is None:
+        sized = "the worker count may be lower than on a quiet machine"
+    else:
+        cores_it_had = (
+            f"{left} of the {cores} core(s) the script may use"
+            if cores is not None and cores != machine
+            else f"the {left} core(s) left to the script"
+        )
+        sized = (
+            f"the worker count is sized for {cores_it_had}, and may be lower than on a quiet "
+            "machine"
+        )
+    return (
+        f"{machine} cores, {busy.others_cpu_cores:.1f} of them busy with other processes while "
+        f"traced (on average over the {busy.window_s:.1f} s window): {sized}, where the host's "
+        "times would be shorter too; capture again on a quiet machine for the script's own "
+        "figures."
+    )
 
 
 def summary_text(

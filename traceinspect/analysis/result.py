@@ -208,6 +208,10 @@ class Analysis:
     #: What named the verdict: the row of the rules table that fired, its cause, that
     #: cause's share and basis, and the runner-up (``analysis/rules.py``).
     decision: Decision | None = None
+    #: How busy the machine was while traced, and the cores that left the script
+    #: (``analysis/workers_inputs.py``'s ``machine_load_record``); None where the capture
+    #: recorded none (then absent from ``to_dict()``).
+    machine_load: dict[str, Any] | None = None
 
     @cached_property
     def per_step(self) -> pd.DataFrame:
@@ -233,6 +237,7 @@ class Analysis:
             "path": self.path,
             "backend": self.backend,
             "devices": list(self.devices),
+            **({} if self.machine_load is None else {"machine_load": self.machine_load}),
             "steps": {
                 "count": self.steps.count,
                 "source": self.steps.source,

@@ -1,10 +1,13 @@
-"""What the worker count is computed from: the run's numbers, the measured worker processes."""
+"""What the worker count is computed from: the run's numbers, the measured worker processes,
+the cores other processes left the script."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from traceinspect.sidecar import GrainSettings, Sidecar, WorkersMeasured
+from traceinspect.sidecar import GrainSettings, MachineLoad, Sidecar, WorkersMeasured
+from traceinspect.thresholds import OTHERS_LOAD
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,9 @@ class WorkerInputs:
     device_busy_ms: float  # device busy time per step (median)
     input_wait_ms: float  # training thread waiting for input per step (median)
     current: int | None  # grain worker count in use (None: unknown)
-    cpus: int | None  # cores the process may use
+    #: The cores the process may use (its affinity, else the machine's), less those other
+    #: processes kept busy while traced where that reached OTHERS_LOAD (:func:`cores_left`).
+    cpus: int | None
     memory_available_bytes: int | None
     bytes_per_batch: int | None
     per_worker_buffer_size: int | None
@@ -43,6 +48,11 @@ class WorkerInputs:
     #: loop needs a batch no more often than that. None where the loop does not read every
     #: step (or the run is sync-bound, whose advice says the read limits).
     read_floor_ms: float | None = None
+    #: The cores the process may use, however busy the machine was (``cpus`` before others'
+    #: load), and the cores other processes kept busy over the traced window, on average
+    #: (capture's ``machine_load``; None: not recorded).
+    host_cores: int | None = None
+    others_cpu_cores: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,48 @@ class WorkerMeasurement:
         )
 
 
+def machine_busy(sidecar: Sidecar | None) -> MachineLoad | None:
+    """The machine's load over the traced window when other processes kept at least
+    ``OTHERS_LOAD`` of its cores busy (the worker count is then sized for the cores they
+    left); else None."""
+    load = sidecar.machine_load if sidecar is not None else None
+    host = sidecar.host if sidecar is not None else None
+    machine = (load.cpu_count if load is not None else None) or (host.cores if host else None)
+    if load is None or not machine or load.others_cpu_cores < OTHERS_LOAD * machine:
+        return None
+    return load
+
+
+def cores_left(sidecar: Sidecar | None) -> int | None:
+    """The cores the script had while traced: those it may use (:attr:`HostFacts.cores`),
+    less those other processes kept busy where that reached ``OTHERS_LOAD`` of the machine
+    (:meth:`MachineLoad.cores_left`: to the nearest core, at least 1). None without the
+    host's cores."""
+    host = sidecar.host if sidecar is not None else None
+    cores = host.cores if host is not None else None
+    busy = machine_busy(sidecar)
+    return busy.cores_left(cores) if busy is not None else cores
+
+
+def machine_load_record(sidecar: Sidecar | None) -> dict[str, Any] | None:
+    """``analyze --json``'s ``machine_load``: the capture's figures, the cores the script
+    may use and those it had (``cores_left``), and whether others' load reached
+    ``OTHERS_LOAD`` (``busy``: the worker count is sized for ``cores_left``); None when the
+    capture recorded none."""
+    load = sidecar.machine_load if sidecar is not None else None
+    if sidecar is None or load is None:
+        return None
+    return {
+        "window_s": load.window_s,
+        "cpu_count": load.cpu_count,
+        "others_cpu_cores": load.others_cpu_cores,
+        "script_cpu_cores": load.script_cpu_cores,
+        "cores": sidecar.host.cores if sidecar.host is not None else None,
+        "cores_left": cores_left(sidecar),
+        "busy": machine_busy(sidecar) is not None,
+    }
+
+
 # Workers producing less than this share of the window were mostly blocked on a full buffer:
 # their main thread's time per batch is then a hand-over, not the batch's cost.
 IDLE_WORKERS = 0.5
@@ -151,7 +203,7 @@ def worker_inputs(
         device_busy_ms=device_busy_ms,
         input_wait_ms=input_wait_ms,
         current=current,
-        cpus=host.cores if host is not None else None,
+        cpus=cores_left(sidecar),
         memory_available_bytes=host.memory_available_bytes if host is not None else None,
         bytes_per_batch=grain.bytes_per_batch,
         per_worker_buffer_size=grain.per_worker_buffer_size,
@@ -161,4 +213,10 @@ def worker_inputs(
         maxtext=sidecar.ran_maxtext if sidecar is not None else None,
         stage_cpu_share=stage_cpu_share,
         host_cpu_ms_per_step=host_cpu_ms_per_step,
+        host_cores=host.cores if host is not None else None,
+        others_cpu_cores=(
+            sidecar.machine_load.others_cpu_cores
+            if sidecar is not None and sidecar.machine_load is not None
+            else None
+        ),
     )
