@@ -30,6 +30,7 @@ from traceinspect.analysis.result import Analysis, StepSummary, Timeline
 from traceinspect.analysis.rules import Decision, decide, idle_claims
 from traceinspect.analysis.window import median
 from traceinspect.analysis.workers import WorkerMeasurement
+from traceinspect.analysis.workers_inputs import machine_load_record
 from traceinspect.intervals import Intervals
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES, PRECEDENCE
@@ -92,6 +93,7 @@ def analyze(trace: Trace) -> Analysis:
         recurring_stall=None if stall is None else _stall_record(stall.detail),
         timeline=_timeline(m),
         decision=decision,
+        machine_load=machine_load_record(trace.sidecar),
     )
     if invariants.enabled():
         invariants.check_invariants(analysis)
