@@ -1,10 +1,10 @@
-"""Write the rules table and the thresholds' registry into docs/causes.md.
+"""Write the rules tables and the thresholds' registry into docs/causes.md.
 
-Both tables are generated from the code (``traceinspect/analysis/rules.py``'s ``RULES``,
-``traceinspect/thresholds.py``), between the ``<!-- rules:begin -->`` / ``<!-- rules:end
--->`` and ``<!-- thresholds:begin -->`` / ``<!-- thresholds:end -->`` markers, so the page
-cannot fall behind them (``tests/test_docs.py`` checks it). Run: ``python
-docs/make_rules_reference.py``.
+The tables are generated from the code (``traceinspect/analysis/rules.py``'s ``RULES`` and
+isolate's ``ISOLATE_RULES``, ``traceinspect/thresholds.py``), between the ``<!-- rules:begin
+-->`` / ``<!-- rules:end -->`` and ``<!-- thresholds:begin -->`` / ``<!-- thresholds:end
+-->`` markers, so the page cannot fall behind them (``tests/test_docs.py`` checks it). Run:
+``python docs/make_rules_reference.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from traceinspect import thresholds
-from traceinspect.analysis.rules import rules_table
+from traceinspect.analysis.rules import ISOLATE_RULES, rules_table
 
 PAGE = Path(__file__).parent / "causes.md"
 
@@ -36,7 +36,29 @@ def rules_block() -> str:
             f"{verdict if ' ' in verdict else f'`{verdict}`'} | {_share(row['threshold'])} | "
             f"{'yes' if row['beats_idle'] else 'no'} | {over} | {row['meaning']} |"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_isolate_lines()])
+
+
+def _isolate_lines() -> list[str]:
+    """isolate's own table, read the same way (its claims: ``analysis/rules.py``)."""
+    lines = [
+        "`traceinspect isolate` decides from its three timings (`T` the step with free input, "
+        "`L` the loader alone, `R` the real step) by its own table, `ISOLATE_RULES`, read the "
+        "same way: the first row whose checks all pass names the verdict, and `isolate --json` "
+        "records it as `decided_by` (claims: `loader` L / T, `real` R / T, `reads` the wait in "
+        "reads of device values / T, `next` the wait in `next()` / (R - T), `cores` R / "
+        "(T + the workers' CPU per batch over the free cores), `disagree` the next best runs "
+        "read another verdict; [the rule](isolate.md#the-rule)).",
+        "",
+        "| # | rule | cause | verdict | when | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, row in enumerate(ISOLATE_RULES, start=1):
+        tests = " and ".join(f"`{t}`" for t in row.checks) or "otherwise"
+        lines.append(
+            f"| {i} | `{row.id}` | `{row.cause}` | `{row.verdict}` | {tests} | {row.meaning} |"
+        )
+    return lines
 
 
 def _meanings() -> dict[str, str]:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from traceinspect import isolate
 from traceinspect import sidecar as SC
+from traceinspect.analysis.rules import ISOLATE_RULES, decide_measured, isolate_rules
 from traceinspect.capture import PhaseRun, log_tail, wait_for_quiet
 from traceinspect.cli import main
 from traceinspect.errors import IsolateError, UsageError
@@ -29,6 +30,8 @@ from traceinspect.isolate import (
     summarize,
 )
 from traceinspect.isolate import runner as isolate_runner
+from traceinspect.isolate.judge import _SAY, claims
+from traceinspect.thresholds import ISOLATE_TOLERANCE
 
 
 def _evidence(**given: Any) -> Evidence:
@@ -260,6 +263,32 @@ def test_the_tolerance_is_the_boundary(loader: float, real: float, verdict: str)
 def test_step_times_must_be_positive() -> None:
     with pytest.raises(UsageError):
         judge(0.0, 1.0, 1.0)
+
+
+def test_isolates_table_is_read_like_analyzes_one_row_per_judgement() -> None:
+    """The rules are the rows of ISOLATE_RULES (analysis/rules.py), read by
+    decide_measured on the claims of the three figures: the first row whose checks all
+    pass; every row but settle's has its words in judge."""
+    assert [r.id for r in ISOLATE_RULES][:2] == ["runs_disagree", "loader_slower"]
+    assert ISOLATE_RULES[-1].id == "within_tolerance" and ISOLATE_RULES[-1].checks == ()
+    assert {r.id for r in ISOLATE_RULES} - set(_SAY) == {"runs_disagree"}
+    # The tolerance is the registry's, and --tolerance moves every check made against it.
+    assert TOLERANCE == ISOLATE_TOLERANCE
+    wide = {str(c) for r in isolate_rules(1.5) for c in r.checks}
+    assert {"loader > 1.5", "real > 1.5", "reads < 0.5", "cores <= 1.5"} <= wide
+    assert judge(10.0, 14.0, 14.0, tolerance=1.5).verdict == "device-bound"
+    # The loader's row stands above the real step's: both over the tolerance, input-bound.
+    built = claims(10.0, 13.0, 13.0, _evidence(host_read_ms=5.0))
+    assert {c.cause: round(c.share, 4) for c in built} == {
+        "loader": 1.3,
+        "real": 1.3,
+        "loss": round(3 / 13, 4),
+        "reads": 0.5,
+    }
+    assert decide_measured(built).rule == "loader_slower"
+    assert decide_measured(built[1:]).rule == "real_slower_no_overlap"
+    # A check of a figure not measured fails: no reads, no host-bound row.
+    assert decide_measured([c for c in built[1:] if c.cause != "reads"]).verdict == "sync-bound"
 
 
 # --- a phase's figure ------------------------------------------------------------------------
@@ -727,6 +756,15 @@ def test_the_next_best_runs_are_judged_with_the_workers_share_of_the_cores() -> 
     # A next-best real run across the margin of the credited step: no verdict.
     quiet = isolate([7.722, 7.785], [9.588, 11.147], 0.05)
     assert quiet.verdict == "unknown" and quiet.next_best_verdict == "host-bound"
+    # The first row of isolate's table: the real step's loss to the best runs' figures.
+    assert quiet.to_dict()["decided_by"] == {
+        "rule": "runs_disagree",
+        "cause": "unknown",
+        "share": round((9.588 - 7.722) / 9.588, 4),
+        "basis": "measured",
+        "runner_up": None,
+        "runner_up_share": 0.0,
+    }
     # Both sides within it, a cross pairing beyond: the note names the credited step.
     near = isolate([13.794, 14.2], [16.756, 19.3], 1.0)
     assert near.verdict == "device-bound" and near.next_best_verdict == "device-bound"

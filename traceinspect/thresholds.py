@@ -71,3 +71,24 @@ REGISTRY: Final[dict[str, float]] = {
 #: on this project's shared 2-core machine quiet windows measured 0.01-0.14 cores of others'
 #: work, windows beside one busy loop 0.95-1.02.
 OTHERS_LOAD: Final = 0.15
+
+# --- traceinspect isolate: its table (``analysis/rules.py``'s ISOLATE_RULES) reads these ---
+#: isolate: a figure slower than another by more than this factor counts (the loader alone
+#: against the step with free input T, the real step against T). A cause is called only
+#: when it costs more than one run's figures scatter on a shared machine: on the scenario
+#: family, before choosing (3 sessions x 3 repeats,
+#: sample_traces/scenarios/family/isolate_tolerance.json), runs with no cause gave R / T
+#: 0.96-1.11 (the knee's 10% called 2 of 9 host-bound), the causes R / T 1.28-1.82 (a float(loss) each step; 1.28 with another
+#: job on the machine throughout) and L / T 2.6-5.4 (one worker waiting 40 ms a batch); no
+#: finer than the target step's own accuracy (within 20% of the same model on synthetic data).
+#: Its excess over 1 is the reads' margin: a loop that waits less than 20% of T per step in
+#: reads of device values is not held by a sync.
+ISOLATE_TOLERANCE: Final = 1.20
+#: isolate: a slower real step whose loop waits in Grain next() less than this share of the
+#: loss (R - T) per step does not lose it on its own thread: the pipeline's work beside the
+#: step competes for the cores (the family's 16 read threads: 0.1 ms a step in next(), the
+#: real step 1.19-1.26x T; moved into 1-6 workers the loop ran 9.8-12.2 ms against 8.8).
+ISOLATE_NEXT_SHARE: Final = 0.5
+
+REGISTRY["ISOLATE_TOLERANCE"] = ISOLATE_TOLERANCE
+REGISTRY["ISOLATE_NEXT_SHARE"] = ISOLATE_NEXT_SHARE

@@ -23,11 +23,17 @@ Two kinds of row, as the causes were measured:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from traceinspect.thresholds import DOMINATES, MATTERS, SYNC_RECURS
+from traceinspect.thresholds import (
+    DOMINATES,
+    ISOLATE_NEXT_SHARE,
+    ISOLATE_TOLERANCE,
+    MATTERS,
+    SYNC_RECURS,
+)
 from traceinspect.vocabulary import CAUSES, VERDICTS
 
 #: How a claim's figure was got: seen as idle time in the trace, inferred by a model from
@@ -257,3 +263,177 @@ def rules_table() -> list[dict[str, Any]]:
         }
         for r in RULES
     ]
+
+
+# =============================================================================================
+# isolate's table: the same reading, on the three timings of ``traceinspect isolate``
+# =============================================================================================
+#
+# isolate runs the script three ways and times each: ``T`` the step with free input (the
+# first batch repeated), ``L`` the loader alone, ``R`` the real step. Its claims are those
+# figures, and the real phase's evidence, as ratios (basis "measured", built by
+# ``isolate/judge.py``):
+#
+#   loader        L / T             the loader alone against the step with free input
+#   real          R / T             the real step against it
+#   reads         reads / T         the loop's wait per step in host reads of device values
+#   next          next() / (R - T)  its wait per step in Grain next(), over the real step's loss
+#   cores         R / (T + W / c)   XLA's CPU backend with worker processes: the real step
+#                                   against T plus the workers' CPU per batch W over the c
+#                                   cores the script had (``Evidence.workers_on_cores_ms``)
+#   disagree      1                 the next best run of each phase reads another verdict
+#   loss          (R - T) / R       the real step's loss, as a share of it
+#   loss_on_cores (R - T - W/c) / R the loss beyond the workers' share of the cores
+#
+# A claim not measured is absent, and a check of it fails. Each row's checks all pass, or it
+# does not fire; :func:`decide_measured` reads the table top to bottom like :func:`decide`
+# reads RULES, and records the row that fired in the same :class:`Decision` (``decided_by``),
+# with the share of the real step its cause took (``loss``; the device's: the rest).
+
+#: How a test compares its claim with its threshold.
+Op = Literal[">", "<", "<="]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison a row of a measured table makes: claim ``claim`` against ``threshold``."""
+
+    claim: str
+    op: Op
+    threshold: float
+
+    def passes(self, claim: Claim | None) -> bool:
+        if claim is None:
+            return False
+        if self.op == ">":
+            return claim.share > self.threshold
+        if self.op == "<":
+            return claim.share < self.threshold
+        return claim.share <= self.threshold
+
+    def __str__(self) -> str:
+        return f"{self.claim} {self.op} {self.threshold:g}"
+
+
+@dataclass(frozen=True)
+class MeasuredRule(Rule):
+    """A row of a table of measured figures (:data:`ISOLATE_RULES`): it fires when every one
+    of its ``checks`` passes (a row without checks always fires); ``loss``: the claim whose share
+    the decision records (the device's: one less it). ``threshold``, ``beats_idle`` and
+    ``over`` (the idle time's) do not apply: 0, False, None."""
+
+    checks: tuple[Check, ...] = ()
+    loss: str = "loss"
+
+
+def isolate_rules(tolerance: float = ISOLATE_TOLERANCE) -> tuple[MeasuredRule, ...]:
+    """isolate's table for a tolerance (``--tolerance``; :data:`ISOLATE_RULES`: the default),
+    first row first."""
+
+    def row(
+        rule_id: str,
+        cause: str,
+        verdict: str,
+        checks: tuple[Check, ...],
+        meaning: str,
+        loss: str = "loss",
+    ) -> MeasuredRule:
+        return MeasuredRule(rule_id, cause, verdict, 0.0, False, None, meaning, checks, loss)
+
+    slower = Check("real", ">", tolerance)
+    # Less than the tolerance's share of T waited in reads: nothing waits on the device.
+    no_sync = Check("reads", "<", tolerance - 1)
+    # Less than a share of the loss waited in next(): the loss is not on the loop's thread.
+    not_in_next = Check("next", "<", ISOLATE_NEXT_SHARE)
+    return (
+        row(
+            "runs_disagree",
+            "unknown",
+            "unknown",
+            (Check("disagree", ">", 0.0),),
+            "the best run of each phase and the next best read different verdicts: which runs "
+            "are taken decides, so no verdict is given",
+        ),
+        row(
+            "loader_slower",
+            "input",
+            "input-bound",
+            (Check("loader", ">", tolerance),),
+            "the input pipeline alone cannot keep up with the step with free input",
+        ),
+        row(
+            "workers_on_the_cores",
+            "device",
+            "device-bound",
+            (slower, no_sync, not_in_next, Check("cores", "<=", tolerance)),
+            "on XLA's CPU backend, a real step that waits nowhere is within the tolerance of "
+            "the step with free input plus the workers' CPU per batch over the cores: the "
+            "cores, this backend's device, set the pace",
+            loss="loss_on_cores",
+        ),
+        row(
+            "workers_on_the_cores",
+            "host",
+            "host-bound",
+            (slower, no_sync, not_in_next, Check("cores", ">", tolerance)),
+            "the same, beyond the workers' share of the cores: the training process's own work "
+            "beside or between the steps costs the step",
+            loss="loss_on_cores",
+        ),
+        row(
+            "no_wait_beside_the_step",
+            "host",
+            "host-bound",
+            (slower, no_sync, not_in_next),
+            "the real step is slower, and the loop waits neither on the device nor in next(): "
+            "the pipeline's work beside the step competes with it for the host's cores",
+        ),
+        row(
+            "training_thread_work",
+            "host",
+            "host-bound",
+            (slower, no_sync),
+            "the real step is slower and the loop hardly waits on the device: the training "
+            "thread's own work (the pipeline's on it, Python, dispatch) sets the pace",
+        ),
+        row(
+            "real_slower_no_overlap",
+            "sync",
+            "sync-bound",
+            (slower,),
+            "the pipeline keeps up, yet the real step is slower than the step with free input: "
+            "input and the step do not overlap, as a host-device sync each step does",
+        ),
+        row(
+            "within_tolerance",
+            "device",
+            "device-bound",
+            (),
+            "the real step is within the tolerance of the step with free input, and the "
+            "pipeline keeps up: the device's work sets the pace",
+        ),
+    )
+
+
+#: isolate's table at its default tolerance (``ISOLATE_TOLERANCE``).
+ISOLATE_RULES: Final = isolate_rules()
+
+
+def decide_measured(
+    claims: Iterable[Claim], table: Sequence[MeasuredRule] = ISOLATE_RULES
+) -> Decision:
+    """The verdict the first row of ``table`` whose checks all pass names, recorded as
+    :func:`decide` records its own: the row, its cause, and the share of the step that cause
+    took (the row's ``loss`` claim; the device's: the rest), measured."""
+    by_cause = {c.cause: c for c in claims}
+    rule = next((r for r in table if all(t.passes(by_cause.get(t.claim)) for t in r.checks)), None)
+    if rule is None:
+        raise ValueError("the table's last row must fire always (a row without checks)")
+    loss = by_cause[rule.loss].share if rule.loss in by_cause else 0.0
+    return Decision(
+        verdict=rule.verdict or "unknown",
+        cause=rule.cause,
+        rule=rule.id,
+        share=1.0 - loss if rule.cause == "device" else loss,
+        basis="measured",
+    )

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from traceinspect.analysis.result import Recommendation
-from traceinspect.analysis.rules import Decision
+from traceinspect.analysis.rules import Claim, Decision, decide_measured
 from traceinspect.capture import PhaseRun
 from traceinspect.isolate.evidence import Evidence, _evidence
-from traceinspect.isolate.judge import TOLERANCE, Judgement, decided, judge
+from traceinspect.isolate.judge import TOLERANCE, Judgement, claims, judge
 from traceinspect.isolate.text import LOADER, PHASE_NAMES, PHASES, REAL, TARGET
 from traceinspect.isolate.timing import BUSY_OTHERS, PhaseTiming, phase_timing
 from traceinspect.vocabulary import Verdict
@@ -259,6 +259,8 @@ def _unsettled(
         f"{next_best} ({spreads}). The machine's speed changed between runs by more than "
         "the verdict's margin; run isolate again on a quieter machine, or with more --rounds."
     )
-    target, real = timings[0].mean_ms, timings[2].mean_ms
-    unsettled = decided("unknown", "runs_disagree", "unknown", target, real)
+    # The first row of isolate's table: the runs taken decide the verdict.
+    disagree = Claim("disagree", 1.0, "measured")
+    target, loader, real = (t.mean_ms for t in timings)
+    unsettled = decide_measured([disagree, *claims(target, loader, real)])
     return Judgement("unknown", reason, f"best runs: {judged.rule}", None, None, decision=unsettled)
