@@ -106,12 +106,16 @@ def test_workers_waiting_for_a_core_count_as_cpu_bound() -> None:
     # On a core of its own: 0.48 of the 0.51 it did not wait for one.
     assert measured.core_share == pytest.approx(0.48 / 0.51)
     rec = _rec("input-bound", 1.0, 50.0, side)
-    assert rec.value == 1 and rec.bounded_by == "cores"  # floor(1 / 0.94)
     assert rec.reason is not None
     assert (
         "CPU-bound in preprocessing (48% of their time on CPU, 49% waiting for a core)"
         in rec.reason
     )
+    assert "the 1 usable core(s) run at most 1 such worker(s)" in rec.reason  # floor(1 / 0.94)
+    # One worker at the 100 ms a batch measured would be slower than the 50 ms step: the
+    # count in use stays.
+    assert rec.value == 2 and rec.bounded_by == "measurement"
+    assert "at 1 worker(s) the step would be about 100.00 ms" in rec.reason
     # Read without the wait (a sidecar from before it was recorded): they seem to wait on reads.
     for w in side["grain"]["workers_measured"]["workers"]:
         del w["cpu_wait_s"]
@@ -364,3 +368,35 @@ def test_the_read_floor_leaves_out_steps_without_device_work() -> None:
     # No step with device work: every step counts, as before.
     per_step[S.DEVICE_WORK_NS] = np.zeros(5)
     assert _read_floor_ns(per_step) == pytest.approx(np.quantile(wall, 0.1))
+
+
+def test_a_count_its_own_model_expects_slower_than_the_measured_step_is_not_advised() -> None:
+    """Idle workers, but the CPU floor (21.0 ms) is above the 14 ms step measured: fewer
+    workers would be expected at 21.0 ms. The count in use stays, at the step measured
+    (Grain's tutorial loop was told "at most 2 ... expected step time 52.39 ms" after a
+    capture that measured 37.3)."""
+    side = _sidecar(4, produce_s=0.004, cpu_s=0.004)
+    side["grain"]["workers_measured"]["main_process_cpu_s"] = 0.8
+    rec = recommend_workers(worker_inputs("device-bound", 14.0, 8.0, 0.0, parse(side)))
+    assert rec.value == 4 and rec.expected_step_ms == 14.0
+    assert rec.bounded_by == "measurement"
+    assert rec.reason is not None
+    assert "slower than the 14.00 ms measured at 4, so keep 4" in rec.reason
+
+
+def test_a_recurring_stall_stays_in_the_worker_counts_expected_step() -> None:
+    """The slow pipeline on one read thread with a checkpoint every 40 steps: the count is
+    sized on the step without the stall, and the stall's 6 ms a step is added back (the
+    family's "3 workers: expected 12.61 ms" was measured at 19.1)."""
+    inputs = worker_inputs(
+        "input-bound",
+        step_ms=26.5,
+        device_busy_ms=8.9,
+        input_wait_ms=17.7,
+        sidecar=parse({"grain": {"worker_count": 0}, "host": {"cpu_count": 8}}),
+        stage_batch_ms=24.0,
+    )
+    plain = recommend_workers(inputs)
+    stalled = recommend_workers(inputs, stall_ms=6.0)
+    assert plain.value == stalled.value == 4
+    assert plain.expected_step_ms == 8.9 and stalled.expected_step_ms == 14.9

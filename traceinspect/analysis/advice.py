@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from traceinspect.analysis.advice_causes import (
     GENERIC,
+    Floors,
     callback_advice,
+    floors_of,
     loop_code_advice,
     loop_cpu_advice,
     stall_advice,
@@ -28,14 +30,20 @@ def recommendations(
     input_ns: float,
     busy_ns: float,
     occasional_sync: bool = False,
+    stall_ns: float | None = None,
 ) -> tuple[Recommendation, ...]:
+    """The advice of each idle cause that matters, in the claim order. ``stall_ns``: a
+    recurring stall's time per step, which stays in the step expected without the read."""
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
         # Without the read the host prepares the next step while the device runs this one:
         # the step is then the device's work, or the input's when that is longer.
-        expected = expected_without("sync", 0.0, {"device": busy_ns, "input": input_ns}) / 1e6
+        floors = {"device": busy_ns, "input": input_ns, "stall": stall_ns}
+        expected = expected_without("sync", 0.0, floors) / 1e6
         limit = "the device's work" if busy_ns >= input_ns else "the input"
+        if stall_ns:
+            limit += f", and the recurring stall's {stall_ns / 1e6:.2f} ms a step stays"
         message = (
             f"Stop reading a device value every step{where}: log the previous step's "
             "metrics instead (keep last step's loss and print it after dispatching the "
@@ -106,45 +114,63 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
     is the problem, after "remove the sync" otherwise; the input stage to fix last), the
     loop's own code named where the host's idle time matters, then each run-level cause's
     own advice, which replaces the generic word on the host's work."""
-    advice = _idle_advice(m, found, decision)
+    stall = found.get("stall")
+    floors = floors_of(m, stall.detail if stall is not None else None)
+    advice = _idle_advice(m, found, decision, floors)
     if m.host.loop_code is not None and m.fractions["host"] >= MATTERS and "stall" not in found:
         advice = tuple(
-            loop_code_advice(m, r) if r.kind == "reduce_host_overhead" else r for r in advice
+            loop_code_advice(m, r, _with_read(m, floors)) if r.kind == "reduce_host_overhead" else r
+            for r in advice
         )
     callbacks = found.get("callback")
     if callbacks is not None and (decision.cause == "callback" or callbacks.claim.share >= MATTERS):
         rest = tuple(r for r in advice if r.kind not in GENERIC)
-        advice = (callback_advice(m, callbacks.detail), *rest)
+        advice = (callback_advice(m, callbacks.detail, floors), *rest)
     if decision.cause == "loop_cpu":
         rest = tuple(r for r in advice if r.kind not in GENERIC)
-        advice = (loop_cpu_advice(m, found["loop_cpu"].detail), *rest)
+        advice = (loop_cpu_advice(m, found["loop_cpu"].detail, floors), *rest)
     if decision.cause == "pipeline_cpu":
         # The host's time is the pipeline's doing: the worker count (first) and the stage.
         advice = tuple(r for r in advice if r.kind not in GENERIC)
-    stall = found.get("stall")
     if stall is not None:
-        own = stall_advice(m, stall.detail)
+        own = stall_advice(m, stall.detail, floors)
         advice = with_stall_advice(advice, own, is_verdict=decision.cause == "stall")
     return advice
 
 
+def _with_read(m: Measured, floors: Floors) -> Floors:
+    """The floors with the read floor where the loop reads a device value every step: its
+    read and the device's work still run one after the other once its own code is gone."""
+    if not reads_every_step(m.host, m.steps):
+        return floors
+    return {**floors, "read": read_floor_ns(m.per_step)}
+
+
 def _idle_advice(
-    m: Measured, found: dict[str, Found], decision: Decision
+    m: Measured, found: dict[str, Found], decision: Decision, floors: Floors
 ) -> tuple[Recommendation, ...]:
     """The advice of the idle causes and the worker count. The worker count where input
     matters, or where idle workers are to be let go: "keep 2 workers, expected step time
     2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
     verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
     advice = recommendations(
-        verdict, m.fractions, m.sync_sites, m.input_ns, m.device_ns, decision.occasional_sync
+        verdict,
+        m.fractions,
+        m.sync_sites,
+        m.input_ns,
+        m.device_ns,
+        decision.occasional_sync,
+        stall_ns=floors["stall"],
     )
     input_matters = verdict in ("input-bound", "sync-bound") or m.fractions["input"] >= MATTERS
     # The pipeline's stages in the training process (no workers): their CPU measurements.
     in_process = stages if stages is not None and not stages.workers else None
     # The run's step: over the whole run when a stall recurs (the window's median is a step
-    # of the burst after one).
+    # of the burst after one), without the stalls, which no worker count removes: the
+    # counterfactual adds their time per step back to every expected step.
     stall = found.get("stall")
-    step_ms = stall.detail.stall.mean_ns / 1e6 if stall is not None else m.summary.typical_ms
+    step_ms = stall.detail.stall.expected_ns / 1e6 if stall is not None else m.summary.typical_ms
+    stall_ms = floors["stall"] / 1e6 if floors["stall"] else None
     # Where the loop reads a device value every step, the step it runs at with its input
     # free: the worker count is sized to that pace, and its expected step never goes below
     # it (a sync-bound run's worker advice already says the read then limits).
@@ -163,6 +189,7 @@ def _idle_advice(
             ),
             input_limits=input_matters,
             read_floor_ms=read_floor_ns(m.per_step) / 1e6 if reads else None,
+            stall_ms=stall_ms,
         )
         # Where input does not hold the step back, only fewer workers are worth a word.
         fewer = workers.value is not None and workers.value < (workers.current or 0)

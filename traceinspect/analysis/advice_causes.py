@@ -18,19 +18,27 @@ from traceinspect.thresholds import CALLBACK_ALONE
 GENERIC = ("reduce_host_overhead", "device_bound")
 
 
-def _floors(m: Measured) -> dict[str, float | None]:
-    """The floors the analysis measured (ns): the device's work and the input's per step."""
-    return {"device": m.device_ns, "input": m.input_ns}
+Floors = dict[str, "float | None"]
 
 
-def callback_advice(m: Measured, callbacks: Callbacks) -> Recommendation:
+def floors_of(m: Measured, stall: Stall | None) -> Floors:
+    """What the counterfactual bounds and adds (ns): the device's work and the input's per
+    step, and a recurring stall's time spread over the run's steps (None: no stall)."""
+    return {
+        "device": m.device_ns,
+        "input": m.input_ns,
+        "stall": stall.stall.per_step_ns if stall is not None else None,
+    }
+
+
+def callback_advice(m: Measured, callbacks: Callbacks, floors: Floors) -> Recommendation:
     """The step without the callback: where the device idled all along the callback (a
     GPU), the device's work per step (the rest of that idle period was the callback's too:
     the host prepared the next step only after it); else the step less the callback's
     time."""
     alone = callbacks.alone_ms_per_step / callbacks.ms_per_step if callbacks.ms_per_step else 0.0
     remaining = m.device_ns if alone >= CALLBACK_ALONE else m.step_ns - callbacks.ms_per_step * 1e6
-    expected_ns = expected_without("callback", remaining, _floors(m))
+    expected_ns = expected_without("callback", remaining, floors)
     return Recommendation(
         "host_callback",
         f"A host callback inside the jitted step, {callback_what(callbacks)}, holds each step "
@@ -44,12 +52,11 @@ def callback_advice(m: Measured, callbacks: Callbacks) -> Recommendation:
     )
 
 
-def loop_cpu_advice(m: Measured, competing: LoopCpu) -> Recommendation:
+def loop_cpu_advice(m: Measured, competing: LoopCpu, floors: Floors) -> Recommendation:
     """Move the loop's CPU work off the cores the program needs; the step expected without
     it: the device's work less what it cost the program."""
     expected = (
-        expected_without("loop_cpu", m.device_ns - competing.cost_ms_per_step * 1e6, _floors(m))
-        / 1e6
+        expected_without("loop_cpu", m.device_ns - competing.cost_ms_per_step * 1e6, floors) / 1e6
     )
     at = f" at {competing.site}" if competing.site else ""
     return Recommendation(
@@ -64,7 +71,7 @@ def loop_cpu_advice(m: Measured, competing: LoopCpu) -> Recommendation:
     )
 
 
-def loop_code_advice(m: Measured, rec: Recommendation) -> Recommendation:
+def loop_code_advice(m: Measured, rec: Recommendation, floors: Floors) -> Recommendation:
     """The host's-work advice, naming the loop's own code when most of the host's idle time
     is spent there (where it sits in the step, what the stack sampler saw), with the step
     expected without it."""
@@ -79,7 +86,11 @@ def loop_code_advice(m: Measured, rec: Recommendation) -> Recommendation:
         return rec
     total, where, sites = found
     per_step = total / len(steps)
-    expected = expected_without("host", m.step_ns - per_step, _floors(m)) / 1e6
+    if floors.get("read") is not None:
+        # The read floor holds the loop's own code, which run one after the other with the
+        # read and the device's work: without it, the rest.
+        floors = {**floors, "read": max(0.0, (floors["read"] or 0.0) - per_step)}
+    expected = expected_without("host", m.step_ns - per_step, floors) / 1e6
     what = f"at {sites[0][0]} " if sites else ""
     return Recommendation(
         rec.kind,
@@ -106,10 +117,10 @@ def with_stall_advice(
     return (rest[0], own, *rest[1:])
 
 
-def stall_advice(m: Measured, found: Stall) -> Recommendation:
+def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
     """What to do about the stall, with the run's step time expected without it."""
     stall, nature = found.stall, found.nature
-    expected = expected_without("stall", stall.expected_ns, _floors(m)) / 1e6
+    expected = expected_without("stall", stall.expected_ns, floors) / 1e6
     cost = f"{stall.cost_ns / 1e6:,.0f} ms every {stall.period} steps"
     fixes = {
         "checkpoint": (

@@ -48,6 +48,7 @@ from traceinspect.analysis.workers_bounds import (
     WORKER_OVERHEAD_BYTES,
     _capped,
     _host_floor,
+    _never_slower,
     _pace,
 )
 from traceinspect.analysis.workers_inputs import (
@@ -74,7 +75,10 @@ __all__ = [
 
 
 def recommend_workers(
-    inputs: WorkerInputs, input_limits: bool = True, read_floor_ms: float | None = None
+    inputs: WorkerInputs,
+    input_limits: bool = True,
+    read_floor_ms: float | None = None,
+    stall_ms: float | None = None,
 ) -> Recommendation:
     """The ``grain_worker_count`` recommendation. ``input_limits``: whether input is what
     holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
@@ -85,12 +89,15 @@ def recommend_workers(
     step is never below it; the message then says the read limits (a slow pipeline under a
     per-step read: 2 workers were expected to give 9.0-12.7 ms a step and gave 13.8, the
     read-every-step loop's own pace; sized by the device's 8.3 ms on a GPU, 7 workers where
-    4 ran within 2% of the best, 10.1 ms at 4 against 9.96 at 7)."""
+    4 ran within 2% of the best, 10.1 ms at 4 against 9.96 at 7). ``stall_ms``: a recurring
+    stall's time per step, which no worker count removes: ``inputs.step_ms`` is then the
+    run's step without it, and every expected step adds it back (the counterfactual's
+    ``stall``)."""
     if read_floor_ms is not None:
         inputs = replace(inputs, read_floor_ms=read_floor_ms)
-    rec = _recommend(inputs)
+    rec = _recommend(inputs, stall_ms)
     if not input_limits and rec["value"] is not None:
-        rec["expected_step_ms"] = round(inputs.step_ms, 3)
+        rec["expected_step_ms"] = round(inputs.step_ms + (stall_ms or 0.0), 3)
         rec["unchanged"] = True
         rec.pop("read_limits", None)
     return Recommendation(
@@ -105,7 +112,7 @@ def recommend_workers(
     )
 
 
-def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
+def _recommend(inputs: WorkerInputs, stall_ms: float | None = None) -> dict[str, Any]:
     """The recommendation's fields, in the order ``analyze --json`` prints them."""
     current = inputs.current
     assumed = current is None
@@ -116,7 +123,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         "value": m,
         "current": current,
         "reason": "",
-        "expected_step_ms": round(inputs.step_ms, 3),
+        "expected_step_ms": round(inputs.step_ms + (stall_ms or 0.0), 3),
         "bounded_by": None,
     }
     assumption = (
@@ -143,7 +150,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         )
         # The batch leaves the step; what the read itself costs stays.
         rec["expected_step_ms"] = round(
-            expected_without("input", inputs.step_ms - x, {"device": d}), 3
+            expected_without("input", inputs.step_ms - x, {"device": d, "stall": stall_ms}), 3
         )
         rec["bounded_by"] = "measurement"
         return rec
@@ -159,7 +166,7 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
         rec["bounded_by"] = "measurement"
         return rec
     if inputs.measured is not None:
-        return _from_measurement(inputs, rec, inputs.measured)
+        return _from_measurement(inputs, rec, inputs.measured, stall_ms)
     if inputs.verdict != "input-bound" and assumed:
         # Nothing says how many workers the run uses: no count to keep or change.
         rec["value"] = None
@@ -207,7 +214,11 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
-    rec["expected_step_ms"] = round(expected_without("input", cost / value, {"pace": pace}), 3)
+    rec["expected_step_ms"] = round(
+        expected_without("input", cost / value, {"pace": pace, "stall": stall_ms}), 3
+    )
+    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0))
+    value = rec["value"]
     if by_read and pace >= cost / value:
         rec["read_limits"] = True
     made = (
@@ -247,5 +258,5 @@ def _recommend(inputs: WorkerInputs) -> dict[str, Any]:
             f", but memory allows only {by_memory} worker(s) with their buffers; reduce "
             "per_worker_buffer_size or the batch's size in memory"
         )
-    rec["reason"] = reason + assumption
+    rec["reason"] = reason + kept + assumption
     return rec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from traceinspect.analysis.workers_inputs import WorkerInputs
 
@@ -86,4 +87,25 @@ def _pace(
         f"device's {d:.2f} ms of work among them) and need one every "
         f"{read:.2f} ms",
         True,
+    )
+
+
+def _never_slower(rec: dict[str, Any], measured_ms: float) -> str:
+    """Keep the count in use where the count the model chose expects a step slower than the
+    one just measured (``measured_ms``, the run's step): the model's floors are lower bounds,
+    and a change it expects to lose time is no advice (Grain's tutorial loop, told 3 workers
+    and captured again at 37.3 ms a step, was told "at most 2 ... expected 52.39 ms").
+    Returns the clause the reason adds ("" where the count stands)."""
+    value, current, expected = rec["value"], rec["current"], rec["expected_step_ms"]
+    if value is None or current is None or value == current or measured_ms <= 0:
+        return ""
+    # Both as printed (the expected step is rounded to the µs).
+    if expected is None or expected <= round(measured_ms, 3):
+        return ""
+    rec["value"] = current
+    rec["expected_step_ms"] = round(measured_ms, 3)
+    rec["bounded_by"] = "measurement"
+    return (
+        f"; at {value} worker(s) the step would be about {expected:.2f} ms, slower than the "
+        f"{measured_ms:.2f} ms measured at {current}, so keep {current}"
     )

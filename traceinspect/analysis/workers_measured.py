@@ -11,6 +11,7 @@ from traceinspect.analysis.workers_bounds import (
     HEADROOM,
     _capped,
     _host_floor,
+    _never_slower,
     _pace,
     _per_worker_bytes,
 )
@@ -24,7 +25,10 @@ from traceinspect.vocabulary import KNEE_TOLERANCE
 
 
 def _from_measurement(
-    inputs: WorkerInputs, rec: dict[str, Any], measured: WorkerMeasurement
+    inputs: WorkerInputs,
+    rec: dict[str, Any],
+    measured: WorkerMeasurement,
+    stall_ms: float | None = None,
 ) -> dict[str, Any]:
     """The recommendation from the workers' measured cost per batch (see the doc of
     :mod:`traceinspect.analysis.workers`)."""
@@ -71,9 +75,10 @@ def _from_measurement(
     cores = inputs.cpus or value
     rec["value"] = value
     rec["bounded_by"] = bound
-    rec["expected_step_ms"] = round(
-        expected_without("input", w / value, {"pace": d, "workers_cpu": cpu_ms / cores}), 3
-    )
+    floors = {"pace": d, "workers_cpu": cpu_ms / cores, "stall": stall_ms}
+    rec["expected_step_ms"] = round(expected_without("input", w / value, floors), 3)
+    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0))
+    value = rec["value"]
     if by_read and d >= max(w / value, cpu_ms / cores):
         rec["read_limits"] = True
     rec["measured"] = {
@@ -130,5 +135,5 @@ def _from_measurement(
         reason += (
             f"; {m - value} fewer worker(s) keep up and free about {saved / 2**20:,.0f} MiB of RAM"
         )
-    rec["reason"] = reason
+    rec["reason"] = reason + kept
     return rec
