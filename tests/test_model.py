@@ -183,8 +183,19 @@ def test_the_table_names_each_run_cause_once_and_ends_with_the_device() -> None:
         # The loop's CPU stretched the device's work: no device floor.
         ("loop_cpu", 7.0, {"device": 10.0, "input": 4.0}, 7.0),
         ("loop_cpu", 3.0, {"device": 10.0, "input": 4.0}, 4.0),
-        ("host", 8.0, {"device": 10.0, "input": 40.0}, 10.0),
+        # The loop's own code removed: the input and a per-step read's floor still hold.
+        ("host", 8.0, {"device": 10.0, "input": 40.0}, 40.0),
+        ("host", 8.0, {"device": 10.0, "input": 4.0, "read": 13.0}, 13.0),
+        ("host", 8.0, {"device": 10.0, "input": 4.0, "read": None}, 10.0),
         ("stall", 12.0, {"device": 10.0}, 12.0),
+        # A recurring stall's time per step is added to every other cause's expected step
+        # (the family's per-step read with a checkpoint every 40 steps: 10.62 ms expected
+        # without the stall's ~6 ms a step, 15.8 measured), never to its own.
+        ("sync", 0.0, {"device": 10.0, "input": 4.0, "stall": 6.0}, 16.0),
+        ("callback", 9.0, {"device": 10.0, "input": 4.0, "stall": 6.0}, 16.0),
+        ("input", 5.0, {"pace": 8.0, "stall": 6.0}, 14.0),
+        ("stall", 12.0, {"device": 10.0, "stall": 6.0}, 12.0),
+        ("sync", 0.0, {"device": 10.0, "stall": None}, 10.0),
         # The worker count: the batch every cost/value ms, never faster than the pace or
         # the workers' CPU over the cores; an unknown floor (None) is no floor.
         ("input", 5.0, {"pace": 8.0, "workers_cpu": 9.0}, 9.0),
