@@ -8,7 +8,7 @@ run-level one: stall, callback, loop_cpu, pipeline_cpu); every recommendation's 
 expected step, in order, with the worker count's value, current count and the limit that
 bound it; the median and mean step; and the idle time by cause as a share of step time. It
 guards the verdict's rules: a change to how the analysis decides may move any figure the
-golden JSON holds (tests/golden/*.json, refreshed freely), but it must not move a decision
+numbers goldens hold (tests/golden/numbers/, refreshed freely), but it must not move a decision
 unawares. The cause is compared through ``Analysis.decision.cause`` once the analysis has
 one; until then that one comparison is skipped.
 
