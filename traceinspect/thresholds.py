@@ -69,7 +69,8 @@ REGISTRY: Final[dict[str, float]] = {
 #: theirs, to the nearest core) and get a note: below it the count is sized as on a quiet
 #: machine. The bound isolate reruns a busy phase at (``isolate/timing.py``'s BUSY_OTHERS):
 #: on this project's shared 2-core machine quiet windows measured 0.01-0.14 cores of others'
-#: work, windows beside one busy loop 0.95-1.02.
+#: work, windows beside one busy loop 0.95-1.02 (capture's half-second windows of
+#: tests/capture/test_machine_load.py: 0.00-0.04 quiet, 1.05-1.12 beside one).
 OTHERS_LOAD: Final = 0.15
 
 # --- traceinspect isolate: its table (``analysis/rules.py``'s ISOLATE_RULES) reads these ---
