@@ -252,6 +252,46 @@ def test_worker_counts_and_placeholder() -> None:
     ]
 
 
+# -- one step time, one spread ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trace", "bursty", "step_ms", "spread"),
+    [
+        # Steps in bursts (one worker, 33 steps): the mean is the step, not the 18.28 median.
+        ("scenarios/family/cpu_w1", True, 27.6499, 1.9443),
+        ("scenarios/healthy/vm.xplane.pb", False, 10.452, 0.2004),
+    ],
+)
+def test_a_runs_step_time_and_spread_are_analyzes(
+    trace: str, bursty: bool, step_ms: float, spread: float
+) -> None:
+    """One definition (``steps.step_time_ms``, ``steps.step_spread``): a sweep run of the
+    same steps has analyze's step time ("typical") and spread."""
+    import traceinspect
+    from traceinspect.analysis.analyze import analyze
+    from traceinspect.analysis.steps import step_spread, step_time_ms
+
+    s = analyze(traceinspect.load(str(ROOT / "sample_traces" / trace))).steps
+    run = SweepRun(workers=1, status=OK, median_ms=s.median_ms, p90_ms=s.p90_ms,
+                   p10_ms=s.p10_ms, mean_ms=s.mean_ms, steps=s.count)  # fmt: skip
+    assert run.bursty == s.bursty == bursty
+    assert run.step_ms(TYPICAL) == s.typical_ms == step_ms
+    assert s.typical_ms == step_time_ms(s.median_ms, s.mean_ms, s.bursty)
+    assert run.spread == pytest.approx(s.spread) and round(s.spread, 4) == spread
+    assert s.spread == pytest.approx(step_spread(s.p10_ms, s.p90_ms, s.mean_ms))
+
+
+def test_the_bundled_sweeps_spread_is_by_the_mean() -> None:
+    """sweep.json's spread is recomputed on load: (p90 - p10) / mean, as analyze's (it was
+    by the median, 0.3935 for the 2-worker run's bursty-looking steps)."""
+    from traceinspect.sweep import load_sweep
+
+    result = load_sweep(ROOT / "sample_traces" / "sweep")
+    assert result.run(2).spread == pytest.approx((19.4381 - 12.4593) / 16.6791)
+    assert round(result.run(0).spread or 0.0, 4) == round((25.0718 - 23.2884) / 23.9893, 4)
+
+
 # -- table, JSON, CSV, plot -------------------------------------------------------------------
 
 

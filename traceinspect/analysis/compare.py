@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.steps import step_time_ms
 from traceinspect.vocabulary import CAUSES
 
 # A change in median step time smaller than this share of "before" is called "about the
@@ -157,7 +158,8 @@ def _finding(b: RunSummary, a: RunSummary) -> str:
     burst), the same figure on both sides; where the median and the p90 move in opposite
     directions, both are quoted."""
     bursty = a.bursty or b.bursty
-    before, after = (b.mean_ms, a.mean_ms) if bursty else (b.median_ms, a.median_ms)
+    before = step_time_ms(b.median_ms, b.mean_ms, bursty)
+    after = step_time_ms(a.median_ms, a.mean_ms, bursty)
     figure = ", the mean: steps come in bursts" if bursty else ""
     share = (after - before) / before if before else 0.0
     times = f"{before:,.2f} -> {after:,.2f} ms{figure}"

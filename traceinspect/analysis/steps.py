@@ -319,3 +319,29 @@ def _last_step_end(trace: Trace) -> int:
     if not starts or not isinstance(base, int):
         return trace.end_ns
     return max(starts) - base
+
+
+# --- the step time ---------------------------------------------------------------------------
+# One definition, said once, of what "the step time" of a run is and how much its steps vary:
+# sweep's "typical" step and its spread column, compare's step time and isolate's words read
+# these; analyze's StepSummary (typical_ms, spread) and window.is_bursty give the same figures
+# (tests/test_sweep.py holds them to these).
+
+
+def step_time_ms(median_ms: float, mean_ms: float, bursty: bool) -> float:
+    """The step time: what one step costs. The median of the steps' wall times (robust to
+    an outlier: a checkpoint, a GC pause), or their mean, the throughput, when the steps come
+    in bursts (``window.is_bursty``): Grain's ``mp_prefetch`` hands a batch per worker at
+    once, and a burst's median is one of its fast steps (a family pipeline's bursty runs at
+    2 and 3 workers had medians of 5.7 and 0.3 ms against means of 21.3 and 23.6).
+
+    ``isolate`` times each phase's throughput on purpose (the mean over a steady window:
+    ``isolate/timing.py``), the figure this gives a bursty run."""
+    return mean_ms if bursty else median_ms
+
+
+def step_spread(p10_ms: float, p90_ms: float, mean_ms: float) -> float:
+    """How much the step times vary: ``(p90 - p10) / mean`` (0 without a mean). The figure
+    the bursts rule compares (``window.BURSTY_SPREAD``), by the mean so that a bursty run's
+    (whose median may be near 0) stays finite and comparable."""
+    return (p90_ms - p10_ms) / mean_ms if mean_ms else 0.0

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from traceinspect import schema as S
 from traceinspect.capture import (
     CaptureOptions,
     CaptureResult,
@@ -413,8 +412,6 @@ def _judge(workers: int, outcome: _Outcome, timeout_s: float | None, log_path: P
 
 
 def _analyse(run_dir: str) -> dict[str, Any]:
-    import numpy as np
-
     from traceinspect.analysis.analyze import analyze
     from traceinspect.trace import load
 
@@ -422,16 +419,16 @@ def _analyse(run_dir: str) -> dict[str, Any]:
     workers_advice = next(
         (r for r in analysis.recommendations if r.kind == "grain_worker_count"), None
     )
-    wall_ms = analysis.per_step[S.WALL_NS].to_numpy() / 1e6
-    mean_ms = round(float(np.mean(wall_ms)), 4) if len(wall_ms) else None
+    steps = analysis.steps
     completed = (analysis.window or {}).get("traced_completed_ms")
     return {
-        "median_ms": analysis.steps.median_ms,
-        "p90_ms": analysis.steps.p90_ms,
-        "p10_ms": round(float(np.percentile(wall_ms, 10)), 4) if len(wall_ms) else None,
+        # analyze's own figures of the traced steps, not computed again here.
+        "median_ms": steps.median_ms,
+        "p90_ms": steps.p90_ms,
+        "p10_ms": steps.p10_ms if steps.count else None,
         # Time per completed step (the device's throughput) where capture stamped when each
         # step's work finished, else the traced steps' mean host time.
-        "mean_ms": max(completed or 0.0, mean_ms or 0.0) or None,
+        "mean_ms": max(completed or 0.0, steps.mean_ms) or None,
         "input_wait_ms": analysis.input_ms_per_step,
         "idle_fractions": dict(analysis.cause_fractions),
         "verdict": analysis.verdict,

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from traceinspect import schema as S
 from traceinspect.analysis.input_stages import InputStages
+from traceinspect.analysis.steps import step_spread, step_time_ms
 from traceinspect.analysis.window import is_bursty
 
 # Run states. Only "ok" runs have step times; the others say why not.
@@ -49,7 +50,7 @@ UNTRACED_MS = "untraced_step_ms"  # time per step after the trace, without the p
 # second run's).
 FIRST_UNTRACED_MS = "first_untraced_step_ms"
 UNTRACED_STEPS = "untraced_steps"
-SPREAD = "spread"  # (p90 - p10) / median of the step times: lower is steadier
+SPREAD = "spread"  # (p90 - p10) / mean of the step times (steps.step_spread): lower is steadier
 VS_BEST = "vs_best"  # median / best median
 INPUT_WAIT_MS = "input_wait_ms"  # training loop waiting for a batch, per step (median)
 VERDICT = "verdict"
@@ -122,17 +123,19 @@ class SweepRun:
         came in bursts, else their median, as analyze gives it)."""
         if metric == UNTRACED:
             return self.untraced_ms
-        if metric == "mean" or (metric == TYPICAL and self.bursty):
+        if metric == "mean":
             return self.mean_ms
+        if metric == TYPICAL and self.mean_ms is not None and self.median_ms is not None:
+            return step_time_ms(self.median_ms, self.mean_ms, self.bursty)
         return self.median_ms
 
     @property
     def spread(self) -> float | None:
-        """(p90 - p10) / median: how much step times vary, relative to the median."""
-        if not self.ok or self.p90_ms is None or self.p10_ms is None:
+        """How much step times vary, as analyze says it (``steps.step_spread``: (p90 - p10)
+        / mean); None without the figures."""
+        if not self.ok or self.p90_ms is None or self.p10_ms is None or not self.mean_ms:
             return None
-        assert self.median_ms is not None
-        return (self.p90_ms - self.p10_ms) / self.median_ms
+        return step_spread(self.p10_ms, self.p90_ms, self.mean_ms)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRun:
