@@ -331,3 +331,35 @@ def test_the_read_threads_cpu_share(
     assert st.threads_cpu_share == (None if share is None else pytest.approx(share))
     assert ("threads_cpu_share" in st.to_dict()) == (share is not None)
     assert InputStages.from_record(st.to_record()) == st
+
+
+@pytest.mark.parametrize(
+    ("threads", "cpu_s", "compute", "cores"),
+    [
+        # Grain's 16 default read threads running a Python map: each on a CPU ~6% of its
+        # time, about one core together: they take turns with the GIL, and compute.
+        (16, 1.9 * 0.064, 1.0, 0.97),
+        # 16 threads waiting on storage: little CPU together, they wait on reads.
+        (16, 0.02, 0.02 / 1.9, 0.16),
+        # One thread that computes half its time.
+        (1, 0.95, 0.5, 0.5),
+    ],
+)
+def test_read_threads_that_hold_the_gil_together_compute(
+    threads: int, cpu_s: float, compute: float, cores: float
+) -> None:
+    stages: dict[str, Any] = {
+        "window_s": 2.0 / threads,
+        "batches": 100,
+        "seconds": {"threads": {"read": 0.1, "preprocessing": 1.8}},
+        "calls": {},
+        "thread_cpu_s": {"threads": cpu_s},
+        "thread_run_delay_s": {"threads": 0.0},
+    }
+    side = parse({"grain": {"worker_count": 0, "read_threads": threads, "stages": stages}})
+    st = input_stages(
+        side, input_wait_ns_per_step=10 * MS, transfer_ns_per_step=0, device_ns_per_step=9 * MS
+    )
+    assert st is not None and st.threads_cores is not None
+    assert st.threads_cores == pytest.approx(cores, abs=0.01)
+    assert st.threads_compute_share == pytest.approx(compute)

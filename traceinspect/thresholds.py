@@ -72,18 +72,18 @@ REGISTRY: Final[dict[str, float]] = {
 #: work, windows beside one busy loop 0.95-1.02 (capture's half-second windows of
 #: tests/capture/test_machine_load.py: 0.00-0.04 quiet, 1.05-1.12 beside one).
 OTHERS_LOAD: Final = 0.15
+REGISTRY["OTHERS_LOAD"] = OTHERS_LOAD
 
 # --- traceinspect isolate: its table (``analysis/rules.py``'s ISOLATE_RULES) reads these ---
-#: isolate: a figure slower than another by more than this factor counts (the loader alone
-#: against the step with free input T, the real step against T). A cause is called only
-#: when it costs more than one run's figures scatter on a shared machine: on the scenario
-#: family, before choosing (3 sessions x 3 repeats,
-#: sample_traces/scenarios/family/isolate_tolerance.json), runs with no cause gave R / T
-#: 0.96-1.11 (the knee's 10% called 2 of 9 host-bound), the causes R / T 1.28-1.82 (a float(loss) each step; 1.28 with another
-#: job on the machine throughout) and L / T 2.6-5.4 (one worker waiting 40 ms a batch); no
-#: finer than the target step's own accuracy (within 20% of the same model on synthetic data).
-#: Its excess over 1 is the reads' margin: a loop that waits less than 20% of T per step in
-#: reads of device values is not held by a sync.
+#: isolate: a figure slower than another by more than this factor counts (the loader alone against
+#: the step with free input T, the real step against T). A cause is called only when it costs more
+#: than one run's figures scatter on a shared machine: on the scenario family, before choosing (3
+#: sessions x 3 repeats, sample_traces/scenarios/family/isolate_tolerance.json), runs with no cause
+#: gave R / T 0.96-1.11 (the knee's 10% called 2 of 9 host-bound), the causes R / T 1.28-1.82 (a
+#: float(loss) each step; 1.28 with another job on the machine throughout) and L / T 2.6-5.4 (one
+#: worker waiting 40 ms a batch); no finer than the target step's own accuracy (within 20% of the
+#: same model on synthetic data). Its excess over 1 is the reads' margin: a loop that waits less
+#: than 20% of T per step in reads of device values is not held by a sync.
 ISOLATE_TOLERANCE: Final = 1.20
 #: isolate: a slower real step whose loop waits in Grain next() less than this share of the
 #: loss (R - T) per step does not lose it on its own thread: the pipeline's work beside the
@@ -93,3 +93,15 @@ ISOLATE_NEXT_SHARE: Final = 0.5
 
 REGISTRY["ISOLATE_TOLERANCE"] = ISOLATE_TOLERANCE
 REGISTRY["ISOLATE_NEXT_SHARE"] = ISOLATE_NEXT_SHARE
+
+# --- the input pipeline on the training process's read threads ---
+#: Read threads whose CPU time adds up to at least this many cores, on average over the
+#: window, hold the GIL (or a core) most of the time: the pipeline computes, in Python, even
+#: where each thread is on a CPU only a small share of its time (they take turns holding the
+#: GIL: Grain's 16 default read threads running a Python map were each on a CPU 6% of their
+#: time, 1.04 cores together, and paced the loop, a 2-core machine). Half the one core the
+#: GIL allows Python: the training thread then waits for it as long as it runs. Below it
+#: the threads mostly wait on reads.
+GIL_HELD: Final = 0.5
+
+REGISTRY["GIL_HELD"] = GIL_HELD

@@ -184,7 +184,7 @@ def _idle_advice(
                 input_wait_ms=m.input_ns / 1e6,
                 sidecar=sidecar,
                 stage_batch_ms=stage_batch_ms(stages),
-                stage_cpu_share=in_process.threads_cpu_share if in_process else None,
+                stage_cpu_share=in_process.threads_compute_share if in_process else None,
                 host_cpu_ms_per_step=in_process.host_cpu_ms_per_step if in_process else None,
             ),
             input_limits=input_matters,

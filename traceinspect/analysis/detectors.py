@@ -130,7 +130,7 @@ def pipeline_paces(m: Measured) -> Found | None:
     stages, step_ms = m.stages, m.summary.typical_ms
     if stages is None or stages.workers or step_ms <= 0:
         return None
-    share = stages.threads_cpu_share
+    share = stages.threads_compute_share
     if share is None or share < WAITING_SHARE:
         return None
     batch_ms = stage_batch_ms(stages)

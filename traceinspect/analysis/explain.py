@@ -50,13 +50,19 @@ def _stall(m: Measured, found: Stall) -> str:
 
 
 def _pipeline_cpu(m: Measured, pace: PipelinePace) -> str:
-    share = pace.stages.threads_cpu_share or 0.0
+    stages = pace.stages
+    share, cores = stages.threads_cpu_share or 0.0, stages.threads_cores
+    on_cpu = f"on a CPU {share:.0%} of its time"
+    if cores is not None and (stages.threads_compute_share or 0.0) > share:
+        # Many threads, each on a CPU a small share of its time, taking turns with the GIL.
+        on_cpu = f"its threads keeping {cores:.1f} core(s) busy as they take turns with the GIL"
     return (
         f"The input pipeline on the training process's read thread(s) makes a batch every "
-        f"{pace.batch_ms:.2f} ms against a {m.step_ns / 1e6:.2f} ms step, on a CPU {share:.0%} "
-        "of its time: it runs flat out and paces the loop. Its work competes with the training "
+        f"{pace.batch_ms:.2f} ms against a {m.step_ns / 1e6:.2f} ms step, {on_cpu}: it runs "
+        "flat out and paces the loop. Its work competes with the training "
         "thread for the GIL and the cores, so the loop's loss shows as slow dispatch and "
-        f"transfers (host time, {m.fractions['host']:.0%} of the step) more than as waiting "
+        f"transfers, and as the training thread waiting for the GIL (host time, "
+        f"{m.fractions['host']:.0%} of the step) more than as waiting "
         f"in next() ({m.input_ns / 1e6:.2f} ms a step)."
     )
 
@@ -150,7 +156,7 @@ def _window_notes(m: Measured, decision: Decision) -> list[str]:
         out.append(
             f"Steps come in bursts (p10 {steps_summary.p10_ms:.2f} ms, median "
             f"{steps_summary.median_ms:.2f} ms, p90 {steps_summary.p90_ms:.2f} ms): several "
-            "batches arrive at once (one per Grain worker), then the loop waits for the next "
+            f"batches arrive at once ({_burst_source(m)}), then the loop waits for the next "
             f"ones. The figures use throughput, {steps_summary.mean_ms:.2f} ms per step over "
             "the window."
         )
@@ -272,3 +278,15 @@ def summary_text(
             "thread to explain it."
         )
     return f"The device waits for other host work {share:.0%} of step time ({band(share)})."
+
+
+def _burst_source(m: Measured) -> str:
+    """What hands batches over several at once: Grain's worker processes (one each, in
+    turn), else the pipeline's prefetch buffers (read threads, device_put's buffers)."""
+    grain = m.trace.sidecar.grain if m.trace.sidecar is not None else None
+    workers = m.stages.workers if m.stages is not None else (grain.worker_count if grain else None)
+    if workers:
+        return "one per Grain worker"
+    if workers == 0:
+        return "the training process's read threads and prefetch buffers fill up together"
+    return "one per Grain worker, or from prefetch buffers"

@@ -49,6 +49,7 @@ from traceinspect import names as N
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.sidecar import Sidecar, StagesMeasured
+from traceinspect.thresholds import GIL_HELD
 from traceinspect.vocabulary import KNEE_TOLERANCE, PLACES, STAGES, Place, Stage
 
 #: The stages capture measures inside the pipeline.
@@ -90,6 +91,29 @@ class InputStages:
     #: its threads, the pipeline's included; on XLA's CPU backend the device's work too):
     #: over the cores, the fastest step the host's CPU allows. None where not measured.
     host_cpu_ms_per_step: float | None = None
+
+    @property
+    def threads_cores(self) -> float | None:
+        """Cores the training process's read threads kept busy with the stages, on average:
+        their CPU share times how many ran at once. None where not measured."""
+        if self.threads_cpu_share is None:
+            return None
+        on_threads = [s for s in PIPELINE_STAGES if self.where[s] == "threads"]
+        if not on_threads:
+            return None
+        running = max((self.parallel or {}).get(s, 1.0) for s in on_threads)
+        return self.threads_cpu_share * running
+
+    @property
+    def threads_compute_share(self) -> float | None:
+        """The read threads' work as a share that computes (0..1): their CPU share, or 1
+        where together they hold the GIL (``GIL_HELD`` cores or more): many threads each on
+        a CPU a small share of their time, taking turns with the GIL, are not waiting on
+        reads, and the same work in a worker process of its own would keep a core busy."""
+        share, cores = self.threads_cpu_share, self.threads_cores
+        if share is None:
+            return None
+        return 1.0 if cores is not None and cores >= GIL_HELD else share
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""

@@ -1,0 +1,33 @@
+"""A loop shaped like Grain's own JAX tutorial (``scripts/grain_tutorial_loop.py``: a Python
+``map`` on Grain's 16 default read threads, ``device_put``, a jitted step), under a default
+capture (issue 48). At 0 workers the read threads take turns with the GIL and pace the loop:
+the run is input-bound, the training thread's waits for the GIL are not "the loop's own
+code", and the bursts are not said to come from workers it does not have."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import SCRIPTS
+
+import traceinspect
+from traceinspect.capture import CaptureOptions, run_capture
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_the_tutorial_loop_at_0_workers_is_input_bound_not_its_own_code(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPTS / "grain_tutorial_loop.py"), "0", "240"]
+    result = run_capture(command, CaptureOptions(logdir=str(tmp_path), quiet=True))
+    assert result.exit_code == 0, result.summary()
+    analysis = traceinspect.analyze(traceinspect.load(result.run_dir, use_cache=False))
+    assert analysis.verdict == "input-bound", analysis.summary
+    assert analysis.decision is not None and analysis.decision.cause in ("pipeline_cpu", "input")
+    kinds = [r.kind for r in analysis.recommendations]
+    assert "reduce_host_overhead" not in kinds, kinds
+    stages = analysis.input_stages
+    assert stages is not None and stages.workers == 0
+    assert stages.threads_compute_share is not None and stages.threads_compute_share >= 0.5
+    assert not any("one per Grain worker" in n for n in analysis.notes)
