@@ -98,6 +98,38 @@ def test_sync_removed(pair: tuple[Analysis, Analysis]) -> None:
         "runtime": 0.0,
         "unknown": 0.0,
     }
+    # The per-step ledger: the wall and the parts that add up to it, per step.
+    assert b.ledger_ms_per_step == {
+        "wall": 10.0,
+        "busy": 8.0,
+        "idle_input": 0.3333,
+        "idle_sync": 1.5,
+        "idle_compile": 0.0,
+        "idle_host": 0.1667,
+        "idle_runtime": 0.0,
+        "idle_unknown": 0.0,
+    }
+    assert a.ledger_ms_per_step == {
+        "wall": 8.3,
+        "busy": 8.0,
+        "idle_input": 0.0,
+        "idle_sync": 0.0,
+        "idle_compile": 0.0,
+        "idle_host": 0.3,
+        "idle_runtime": 0.0,
+        "idle_unknown": 0.0,
+    }
+    assert c.ledger_change_ms_per_step == {
+        "wall": -1.7,
+        "busy": 0.0,
+        "idle_input": -0.3333,
+        "idle_sync": -1.5,
+        "idle_compile": 0.0,
+        "idle_host": 0.1333,
+        "idle_runtime": 0.0,
+        "idle_unknown": 0.0,
+    }
+    assert c.moved_most == "idle_sync"
     assert c.finding == (
         "Step time fell 17% (10.00 -> 8.30 ms): sync idle time went from 1.50 to 0.00 "
         "ms/step; verdict sync-bound -> device-bound."
@@ -107,6 +139,9 @@ def test_sync_removed(pair: tuple[Analysis, Analysis]) -> None:
     assert json.loads(json.dumps(d)) == d
     assert d["change"]["median_pct"] == -17.0
     assert d["before"]["idle_by_cause_ms_per_step"]["sync"] == 1.5
+    assert d["before"]["ledger_ms_per_step"]["wall"] == 10.0
+    assert d["change"]["ledger_ms_per_step"]["idle_sync"] == -1.5
+    assert d["change"]["moved_most"] == "idle_sync"
 
 
 def test_other_way_round_and_same(pair: tuple[Analysis, Analysis]) -> None:
@@ -115,10 +150,12 @@ def test_other_way_round_and_same(pair: tuple[Analysis, Analysis]) -> None:
         "Step time rose 20% (8.30 -> 10.00 ms): sync idle time went from 0.00 to 1.50 "
         "ms/step; verdict device-bound -> sync-bound."
     )
-    assert compare(before, before).finding == (
-        "Step time is about the same (10.00 -> 10.00 ms, +0.0%): idle time by cause and "
-        "device work per step did not change; verdict stays sync-bound."
+    same = compare(before, before)
+    assert same.finding == (
+        "Step time is about the same (10.00 -> 10.00 ms, +0.0%): device busy time and idle "
+        "time by cause per step did not change; verdict stays sync-bound."
     )
+    assert same.moved_most is None and set(same.ledger_change_ms_per_step.values()) == {0.0}
 
 
 def test_different_backends_are_noted(tmp_path: Path) -> None:
@@ -150,8 +187,13 @@ def test_text_and_html(pair: tuple[Analysis, Analysis]) -> None:
         "(-17.0%)",
     ]
     assert text[9].split() == ["Device", "busy", "80.0%", "96.4%", "+16.4", "pts"]
-    assert text[12].split() == ["input", "0.33", "0.00", "-0.33"]
-    assert text[13].split() == ["sync", "1.50", "0.00", "-1.50"]
+    # The ledger: the wall per step, then its parts, the one that moved most marked.
+    assert text[11].split() == ["Step", "wall", "(ms/step)", "10.00", "8.30", "-1.70"]
+    assert text[12].split() == ["device", "busy", "8.00", "8.00", "+0.00"]
+    assert text[13].split() == ["idle", "2.00", "0.30", "-1.70"]
+    assert text[14].split() == ["input", "0.33", "0.00", "-0.33"]
+    assert text[15].split() == ["sync", "1.50", "0.00", "-1.50", "<-", "moved", "most"]
+    assert sum("moved most" in line for line in text) == 1
     html = comparison_html(c)
     assert html.startswith("<p>Step time fell 17% (10.00 -&gt; 8.30 ms)")
     assert "<td>sync-bound</td><td>device-bound</td>" in html
@@ -179,6 +221,20 @@ def test_cli_sample_pair() -> None:
     assert d["after"]["idle_by_cause_ms_per_step"]["sync"] == 0.0
     assert d["finding"].startswith("Step time fell 52% (21.93 -> 10.45 ms): sync idle time")
     assert d["finding"].endswith("verdict sync-bound -> device-bound.")
+    # The ledger per step: its parts add up to the wall; the sync's moved most.
+    before_ledger, after_ledger = (
+        d["before"]["ledger_ms_per_step"],
+        d["after"]["ledger_ms_per_step"],
+    )
+    assert (before_ledger["wall"], after_ledger["wall"]) == (22.3719, 10.766)
+    assert (before_ledger["busy"], after_ledger["busy"]) == (13.7461, 10.6069)
+    assert (before_ledger["idle_sync"], before_ledger["idle_input"]) == (7.4036, 1.131)
+    for ledger in (before_ledger, after_ledger):
+        parts = sum(v for k, v in ledger.items() if k != "wall")
+        assert parts == pytest.approx(ledger["wall"], abs=1e-3)
+    assert d["change"]["ledger_ms_per_step"]["wall"] == -11.6059
+    assert d["change"]["ledger_ms_per_step"]["busy"] == -3.1392
+    assert d["change"]["moved_most"] == "idle_sync"
 
     text = runner.invoke(main, ["compare", before, after])
     assert text.exit_code == 0, text.output
@@ -186,6 +242,8 @@ def test_cli_sample_pair() -> None:
     assert lines[0] == d["finding"]
     assert any(line.split()[:3] == ["Verdict", "sync-bound", "device-bound"] for line in lines)
     assert any(line.split()[:3] == ["sync", "7.40", "0.00"] for line in lines)
+    assert any(line.split()[:3] == ["device", "busy", "13.75"] for line in lines)
+    assert next(line for line in lines if "moved most" in line).split()[0] == "sync"
 
 
 def test_cli_runs_of_one_logdir(tmp_path: Path) -> None:
@@ -236,6 +294,7 @@ def _summary(median: float, p90: float, mean: float, bursty: bool) -> RunSummary
         device_busy_ms_per_step=2.0,
         idle_ms_per_step=1.0,
         idle_by_cause_ms_per_step=dict.fromkeys(CAUSES, 0.0),
+        ledger_ms_per_step={"wall": mean, "busy": mean},
     )
 
 

@@ -1,14 +1,17 @@
-"""Before and after a change: step time, device busy time, idle time by cause and verdict.
+"""Before and after a change: step time, the per-step ledger's parts, and the verdict.
 
-Idle time is compared per step (summed over a run's steps, divided by their count), so
-two captures of different lengths compare directly.
+The ledger (``analysis/measure.py``) splits each step's wall time into parts that add up to
+it (``analysis/invariants.py``): the device's busy time and its idle time by cause. Each
+part is compared per step (summed over a run's steps, divided by their count), so two
+captures of different lengths compare directly, and the part that moved most is named.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+from traceinspect import schema as S
 from traceinspect.analysis.result import Analysis
 from traceinspect.analysis.steps import step_time_ms
 from traceinspect.vocabulary import CAUSES
@@ -16,6 +19,24 @@ from traceinspect.vocabulary import CAUSES
 # A change in median step time smaller than this share of "before" is called "about the
 # same": one capture per side says nothing about run-to-run noise, so stay modest.
 SAME_WITHIN = 0.01
+
+#: The ledger's columns compared, the step's wall time first, then its parts, which add up
+#: to it: the device's busy time, then its idle time by cause.
+LEDGER: Final = (S.WALL_NS, S.BUSY_NS, *(S.idle_cause_ns(c) for c in CAUSES))
+
+
+def ledger_part(column: str) -> str:
+    """The key of a ledger column in ``ledger_ms_per_step``: its name less ``_ns``
+    (``wall``, ``busy``, ``idle_input``, ...)."""
+    return column.removesuffix("_ns")
+
+
+def ledger_ms_per_step(a: Analysis) -> dict[str, float]:
+    """Each of the ledger's columns in ms per step: its sum over the steps over their count
+    (``wall`` is the mean step, the throughput)."""
+    n = max(a.steps.count, 1)
+    columns = a.per_step_columns
+    return {ledger_part(c): round(float(columns[c].sum()) / n / 1e6, 4) for c in LEDGER}
 
 
 @dataclass(frozen=True)
@@ -35,6 +56,8 @@ class RunSummary:
     device_busy_ms_per_step: float
     idle_ms_per_step: float
     idle_by_cause_ms_per_step: dict[str, float]
+    #: The ledger, ms per step: ``wall`` and the parts that add up to it (:data:`LEDGER`).
+    ledger_ms_per_step: dict[str, float]
 
     @classmethod
     def of(cls, a: Analysis) -> RunSummary:
@@ -53,6 +76,7 @@ class RunSummary:
             device_busy_ms_per_step=a.device_busy_ms_per_step,
             idle_ms_per_step=round(sum(a.idle_by_cause_ms[c] for c in CAUSES) / n, 4),
             idle_by_cause_ms_per_step=by_cause,
+            ledger_ms_per_step=ledger_ms_per_step(a),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +93,7 @@ class RunSummary:
             "device_busy_ms_per_step": self.device_busy_ms_per_step,
             "idle_ms_per_step": self.idle_ms_per_step,
             "idle_by_cause_ms_per_step": dict(self.idle_by_cause_ms_per_step),
+            "ledger_ms_per_step": dict(self.ledger_ms_per_step),
         }
 
 
@@ -91,6 +116,11 @@ class Comparison:
     idle_by_cause_change_ms_per_step: dict[str, float]
     finding: str
     notes: tuple[str, ...] = ()
+    #: Each ledger column's change, ms per step (after - before).
+    ledger_change_ms_per_step: dict[str, float] = field(default_factory=dict)
+    #: The part of the ledger (not the wall) whose time per step changed most (None: none
+    #: changed at 0.01 ms).
+    moved_most: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +135,8 @@ class Comparison:
                 "device_busy_ms_per_step": self.device_busy_change_ms_per_step,
                 "idle_ms_per_step": self.idle_change_ms_per_step,
                 "idle_by_cause_ms_per_step": dict(self.idle_by_cause_change_ms_per_step),
+                "ledger_ms_per_step": dict(self.ledger_change_ms_per_step),
+                "moved_most": self.moved_most,
             },
             "finding": self.finding,
             "notes": list(self.notes),
@@ -132,6 +164,10 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
             f"Steps were found differently (before: {before.steps.source}; after: "
             f"{after.steps.source}), so a step may not mean the same work in both."
         )
+    ledger = {
+        part: round(a.ledger_ms_per_step[part] - b.ledger_ms_per_step[part], 4)
+        for part in b.ledger_ms_per_step
+    }
     return Comparison(
         before=b,
         after=a,
@@ -147,7 +183,20 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
         idle_by_cause_change_ms_per_step=idle_change,
         finding=_finding(b, a),
         notes=tuple(notes),
+        ledger_change_ms_per_step=ledger,
+        moved_most=_moved_most(b, a),
     )
+
+
+def _moved_most(b: RunSummary, a: RunSummary) -> str | None:
+    """The ledger's part (not the wall) whose time per step changed most, where it changed
+    at the 0.01 ms a step the table shows."""
+    parts = [p for p in b.ledger_ms_per_step if p != ledger_part(S.WALL_NS)]
+    if not parts:
+        return None
+    part = max(parts, key=lambda p: abs(a.ledger_ms_per_step[p] - b.ledger_ms_per_step[p]))
+    moved = abs(a.ledger_ms_per_step[part] - b.ledger_ms_per_step[part])
+    return part if round(moved, 2) > 0 else None
 
 
 def _finding(b: RunSummary, a: RunSummary) -> str:
@@ -176,19 +225,21 @@ def _finding(b: RunSummary, a: RunSummary) -> str:
             f"; the median {'fell' if p50 < 0 else 'rose'} {moved_50:.0f}% "
             f"while the p90 {'fell' if p90 < 0 else 'rose'} {moved_90:.0f}%"
         )
-    # The biggest change per step among the idle causes and the device's own work.
-    movers = {
-        f"{c} idle time": (b.idle_by_cause_ms_per_step[c], a.idle_by_cause_ms_per_step[c])
-        for c in CAUSES
-    }
-    movers["device work"] = (b.device_busy_ms_per_step, a.device_busy_ms_per_step)
-    what, (x, y) = max(movers.items(), key=lambda kv: abs(kv[1][1] - kv[1][0]))
-    if round(abs(y - x), 2) == 0:
-        why = "idle time by cause and device work per step did not change"
+    part = _moved_most(b, a)
+    if part is not None:
+        x, y = b.ledger_ms_per_step[part], a.ledger_ms_per_step[part]
+        why = f"{_PART_WORDS.get(part, part)} went from {x:,.2f} to {y:,.2f} ms/step"
     else:
-        why = f"{what} went from {x:,.2f} to {y:,.2f} ms/step"
+        why = "device busy time and idle time by cause per step did not change"
     if b.verdict == a.verdict:
         verdicts = f"verdict stays {a.verdict}"
     else:
         verdicts = f"verdict {b.verdict} -> {a.verdict}"
     return f"{head}: {why}; {verdicts}."
+
+
+#: The ledger's parts in words (``busy``, ``idle_<cause>``).
+_PART_WORDS: Final = {
+    ledger_part(S.BUSY_NS): "device busy time",
+    **{ledger_part(S.idle_cause_ns(c)): f"{c} idle time" for c in CAUSES},
+}

@@ -37,10 +37,11 @@ def compare(
 ) -> None:
     """Compare two traces of one training loop, before and after a change.
 
-    Analyses both, then shows step time (median, p90), device busy time, idle time per
-    step by cause and the verdict side by side, with one sentence saying what changed.
-    Idle time is per step, so captures of different lengths compare. BEFORE and AFTER are
-    each a trace file, a run directory or a log directory.
+    Analyses both, then shows step time (median, p90), the device's busy share and work,
+    the per-step ledger (each step's wall time split into device busy time and idle time by
+    cause, in ms per step, the part that moved most marked) and the verdict side by side,
+    with one sentence saying what changed. Per step, so captures of different lengths
+    compare. BEFORE and AFTER are each a trace file, a run directory or a log directory.
 
     \b
     Examples:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from traceinspect.analysis.compare import Comparison
+from traceinspect import schema as S
+from traceinspect.analysis.compare import Comparison, ledger_part
 from traceinspect.vocabulary import CAUSES
+
+#: Marks the ledger's part that moved most.
+MOVED_MOST = "<- moved most"
 
 
 def render_comparison(c: Comparison) -> str:
@@ -39,22 +43,8 @@ def render_comparison(c: Comparison) -> str:
             f"{a.device_busy_ms_per_step:,.2f}",
             f"{c.device_busy_change_ms_per_step:+,.2f}",
         ),
-        (
-            "Idle (ms/step)",
-            f"{b.idle_ms_per_step:,.2f}",
-            f"{a.idle_ms_per_step:,.2f}",
-            f"{c.idle_change_ms_per_step:+,.2f}",
-        ),
     ]
-    rows += [
-        (
-            f"  {cause}",
-            f"{b.idle_by_cause_ms_per_step[cause]:,.2f}",
-            f"{a.idle_by_cause_ms_per_step[cause]:,.2f}",
-            f"{c.idle_by_cause_change_ms_per_step[cause]:+,.2f}",
-        )
-        for cause in CAUSES
-    ]
+    rows += _ledger_rows(c)
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for name, x, y, d in rows:
         line = f"{name:<{widths[0]}}  {x:>{widths[1]}}  {y:>{widths[2]}}  {d}"
@@ -62,3 +52,29 @@ def render_comparison(c: Comparison) -> str:
     for note in c.notes:
         out.append(f"Note: {note}")
     return "\n".join(out)
+
+
+def _ledger_rows(c: Comparison) -> list[tuple[str, str, str, str]]:
+    """The per-step ledger, ms per step: the wall, then its parts (the device's busy time,
+    its idle time and that by cause), the part that moved most marked."""
+    b, a, change = (
+        c.before.ledger_ms_per_step,
+        c.after.ledger_ms_per_step,
+        c.ledger_change_ms_per_step,
+    )
+    idle = ledger_part(S.IDLE_NS)
+
+    def row(label: str, part: str) -> tuple[str, str, str, str]:
+        if part == idle:  # the idle causes' sum, as the table had it
+            x, y, d = c.before.idle_ms_per_step, c.after.idle_ms_per_step, c.idle_change_ms_per_step
+        else:
+            x, y, d = b[part], a[part], change[part]
+        mark = f"  {MOVED_MOST}" if part == c.moved_most else ""
+        return label, f"{x:,.2f}", f"{y:,.2f}", f"{d:+,.2f}{mark}"
+
+    return [
+        row("Step wall (ms/step)", ledger_part(S.WALL_NS)),
+        row("  device busy", ledger_part(S.BUSY_NS)),
+        row("  idle", idle),
+        *(row(f"    {cause}", ledger_part(S.idle_cause_ns(cause))) for cause in CAUSES),
+    ]
