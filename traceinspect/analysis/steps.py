@@ -323,8 +323,8 @@ def _last_step_end(trace: Trace) -> int:
 
 # --- the step time ---------------------------------------------------------------------------
 # One definition, said once, of what "the step time" of a run is and how much its steps vary:
-# sweep's "typical" step and its spread column, compare's step time and isolate's words read
-# these; analyze's StepSummary (typical_ms, spread) and window.is_bursty give the same figures
+# sweep's "typical" step and its spread column and compare's step time read these; analyze's
+# StepSummary (typical_ms, spread) and window.is_bursty give the same figures
 # (tests/test_sweep.py holds them to these).
 
 

@@ -3,7 +3,9 @@
 Each run's figure is the mean host time per step (per batch for the loader) over capture's
 steady-state window: once block means of the step times agree (``_child.steady._Steady``),
 ``steps`` steps (default 20) and at least 1 s. The mean, not the median: ``mp_prefetch``
-delivers in bursts, and the mean is the throughput.
+delivers in bursts, and the mean is the throughput: the step time that
+``analysis.steps.step_time_ms`` gives a bursty run. Every phase takes it, so that the three
+figures are one quantity and a cost every N steps (a read, a stall) counts in the real step.
 """
 
 from __future__ import annotations
