@@ -82,6 +82,8 @@ def thresholds_block() -> str:
     lines = ["| name | value | meaning, and where it was measured |", "|---|---|---|"]
     for name, value in thresholds.REGISTRY.items():
         lines.append(f"| `{name}` | {value:g} | {meanings.get(name, '')} |")
+    for name, ns in thresholds.TIMES_NS.items():
+        lines.append(f"| `{name}` | {ns / 1e6:g} ms | {meanings.get(name, '')} |")
     return "\n".join(lines)
 
 

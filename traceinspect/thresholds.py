@@ -105,3 +105,50 @@ REGISTRY["ISOLATE_NEXT_SHARE"] = ISOLATE_NEXT_SHARE
 GIL_HELD: Final = 0.5
 
 REGISTRY["GIL_HELD"] = GIL_HELD
+
+# --- the analysis's comparisons name their numbers (tests/test_model.py checks none is bare) ---
+#: The host's-work advice names the loop's own code (where it sits in the step, what the
+#: stack sampler saw) when at least this share of the host's idle time is spent in it: most
+#: of it, a half (chosen, not measured).
+LOOP_CODE_MOST: Final = 0.5
+#: A gap's evidence gets a line for the loop's own code, or for the runtime's latency (the
+#: device's next program already dispatched), from this share of the gap on: a launch
+#: latency of a few us in a gap of ms is not worth a line (chosen, not measured).
+GAP_LINE_SHARE: Final = 0.1
+#: The runtime's latency is said first among a gap's evidence from this share of the gap
+#: on: most of it, when the host's events are beside the point (chosen, not measured).
+GAP_LINE_FIRST: Final = 0.5
+#: A worker's time waiting for a core is said beside its time on one from this share on:
+#: below it the share prints as 0% (chosen, not measured).
+CORE_WAIT_NOTE: Final = 0.005
+#: A recurring stall is looked for only when at least this share of the steps (but the
+#: first ones, which compile) are timed from the completion stamps of a step and the one
+#: before it: half (chosen, not measured).
+STAMPED_SHARE: Final = 0.5
+#: A recurring stall during which other programs ran is an evaluation when the device idled
+#: less than this share of the stalled steps' time, busy with them the rest (chosen, not
+#: measured).
+EVALUATION_IDLE: Final = 0.5
+
+REGISTRY["LOOP_CODE_MOST"] = LOOP_CODE_MOST
+REGISTRY["GAP_LINE_SHARE"] = GAP_LINE_SHARE
+REGISTRY["GAP_LINE_FIRST"] = GAP_LINE_FIRST
+REGISTRY["CORE_WAIT_NOTE"] = CORE_WAIT_NOTE
+REGISTRY["STAMPED_SHARE"] = STAMPED_SHARE
+REGISTRY["EVALUATION_IDLE"] = EVALUATION_IDLE
+
+#: Device work that starts after the traced steps, no later than this (ns) after the last
+#: one ended, means the host dispatched every traced step before the device ran them (the
+#: error asks for more steps); later than this, the host's and the device's clocks are
+#: taken to be skewed (chosen, not measured).
+HOST_AHEAD_NS: Final = 1_000_000_000
+#: The read named as a recurring stall's (a checkpoint's site) may have ended up to this
+#: long (ns) before the stall's longest idle period began, as the sync rule's 2 ms lets a
+#: read end after it (attribution's SYNC_WAKE_TOLERANCE_NS; chosen, not measured).
+STALL_READ_EARLY_NS: Final = 2_000_000
+
+#: The thresholds that are times, by name, in ns: the docs' table lists them after REGISTRY.
+TIMES_NS: Final[dict[str, int]] = {
+    "HOST_AHEAD_NS": HOST_AHEAD_NS,
+    "STALL_READ_EARLY_NS": STALL_READ_EARLY_NS,
+}

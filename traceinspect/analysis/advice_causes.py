@@ -12,7 +12,7 @@ from traceinspect.analysis.explain import callback_what
 from traceinspect.analysis.loop_cpu import LoopCpu
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import Recommendation
-from traceinspect.thresholds import CALLBACK_ALONE
+from traceinspect.thresholds import CALLBACK_ALONE, LOOP_CODE_MOST
 
 # The generic words a cause's own advice replaces.
 GENERIC = ("reduce_host_overhead", "device_bound")
@@ -82,7 +82,7 @@ def loop_code_advice(m: Measured, rec: Recommendation, floors: Floors) -> Recomm
     idle_host = int(gaps["host"].sum())
     # Of the device's idle time given to the host, the part in the loop's own code.
     own_idle = int(host.loop_code.spans.overlap_with(gaps[S.START_NS], gaps[S.END_NS]).sum())
-    if found is None or own_idle < idle_host / 2:
+    if found is None or own_idle < idle_host * LOOP_CODE_MOST:
         return rec
     total, where, sites = found
     per_step = total / len(steps)

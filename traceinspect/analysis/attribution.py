@@ -27,6 +27,7 @@ from traceinspect.analysis.result import Table
 from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
+from traceinspect.thresholds import GAP_LINE_FIRST, GAP_LINE_SHARE
 from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, KNEE_TOLERANCE, SYNC_RULE_TAKES
 
 # How long after the device went idle a blocking read may end and still be the reason:
@@ -178,18 +179,18 @@ def evidence(
     for name, category, overlap in host.events_in(g0, g1):
         out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
     loop = host.loop_code.described(g0, g1) if host.loop_code is not None else None
-    if loop is not None and loop[0] >= (g1 - g0) // 10:
+    if loop is not None and loop[0] >= int((g1 - g0) * GAP_LINE_SHARE):
         out.append(loop_code_sentence(*loop, of="of the gap"))
     if gap["compile"] > 0:
         out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
-    if 10 * gap["runtime"] >= g1 - g0:
+    if gap["runtime"] >= (g1 - g0) * GAP_LINE_SHARE:
         # (A launch latency of a few us in a gap of ms is not worth a line.)
         said = (
             f"the device's next program was already dispatched for {gap['runtime'] / 1e6:.2f} "
             "ms of the gap: the runtime's latency, not the host's"
         )
         # First when it is most of the gap: the host's events then are beside the point.
-        out.insert(0 if 2 * gap["runtime"] >= g1 - g0 else len(out), said)
+        out.insert(0 if gap["runtime"] >= (g1 - g0) * GAP_LINE_FIRST else len(out), said)
     if gap["unknown"] > 0 and not out:
         out.append(
             "no traced activity on the training thread (Python code is invisible with the "

@@ -25,6 +25,10 @@ from traceinspect.analysis.training_thread import HostActivity
 from traceinspect.intervals import Intervals
 from traceinspect.vocabulary import CAUSES, CLAIM_ORDER, SYNC_RULE_TAKES
 
+# Under 0.01 ms apart, as printed (a shorter time prints as 0.00 ms), the one follows the
+# other: the read ended "just" before.
+_PRINTS_AS_NONE_NS = 5_000
+
 # Who gave a piece's time to another cause: the causes above, or the sync rule.
 SYNC_RULE = "the sync rule"
 # Why each claims an instant first, where it took another cause's time but did not win.
@@ -198,8 +202,7 @@ def _after_read(
             f"wait for input began {-after / 1e6:.2f} ms before the read ended (the read was "
             f"made inside it){stays}"
         )
-    # (Under 0.01 ms apart, as printed, the one follows the other.)
-    by = "just" if after < 5_000 else f"{after / 1e6:.2f} ms"
+    by = "just" if after < _PRINTS_AS_NONE_NS else f"{after / 1e6:.2f} ms"
     ended = f"the read ended {by} before {_what(what, of[what])}"
     could = (
         "the batch could only be requested"

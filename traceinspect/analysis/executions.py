@@ -44,6 +44,12 @@ _MAX_OFFSET = 4096
 # executions are not all device work events (tiny programs run inline on the calling thread,
 # seen on an op-by-op loop: half of 17,904 calls had no ops): no one-to-one link.
 _MAX_UNMATCHED = 64
+# A function's calls left without an execution may exceed those queued when the trace began
+# by this many steps' worth of calls and its links still be kept (chosen, not measured).
+_LINK_SLACK_STEPS = 2
+# One running maximum serves every group while the groups, lifted one above the other, fit
+# in half of int64's range (room to spare for the sums).
+_LIFT_LIMIT = np.iinfo(np.int64).max // 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,7 +183,7 @@ def _cummax_per_group(values: np.ndarray, group_start: np.ndarray) -> np.ndarray
     group = np.zeros(len(values), dtype=np.int64)
     group[group_start[1:]] = 1
     group = np.cumsum(group)
-    if span * (int(group[-1]) + 1) < np.iinfo(np.int64).max // 2:
+    if span * (int(group[-1]) + 1) < _LIFT_LIMIT:
         lifted = (values - lo) + group * span
         return np.maximum.accumulate(lifted) - group * span + lo
     out = np.empty_like(values)
@@ -264,7 +270,7 @@ def step_work(
         s = step_of[where]
         ok = inside[where]
         np.add.at(work, s[ok], per_call[ok])
-        if len(t) + q - len(runs) <= q + 2 * per_step:
+        if len(t) + q - len(runs) <= q + _LINK_SLACK_STEPS * per_step:
             linked.append((float(np.nansum(per_call[ok])), (dispatched, *execs_ran)))
     if not found:
         return None

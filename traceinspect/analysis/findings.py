@@ -41,12 +41,13 @@ from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents
 from traceinspect.analysis.workers import WAITING_SHARE, WorkerMeasurement
 from traceinspect.sidecar import HostFacts, Sidecar
-from traceinspect.vocabulary import KNEE_TOLERANCE, MATTERS
+from traceinspect.thresholds import CORE_WAIT_NOTE, KNEE_TOLERANCE, MATTERS
 
 #: Worker buffers above this share of the memory available at capture are a finding.
 BUFFER_MEMORY_SHARE = 0.5
 #: Batches each worker should hold: two steps' worth keeps the device fed through a slow batch.
 BUFFER_STEPS = 2
+_KIB, _MIB = 1024, 1 << 20  # bytes per KiB, per MiB
 
 
 @dataclass(frozen=True)
@@ -436,7 +437,7 @@ def _affinity_note(host: HostFacts) -> str:
 
 
 def _core_share_text(m: WorkerMeasurement) -> str:
-    if m.cpu_wait_share < 0.005:
+    if m.cpu_wait_share < CORE_WAIT_NOTE:
         return f"each is on a core {m.core_share:.0%} of the time it makes batches"
     return (
         f"making batches, each was on a core {m.cpu_share:.0%} of the time and waited for "
@@ -446,4 +447,4 @@ def _core_share_text(m: WorkerMeasurement) -> str:
 
 
 def _mib(n: int | float) -> str:
-    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n / 1024:,.0f} KiB"
+    return f"{n / _MIB:,.0f} MiB" if n >= _MIB else f"{n / _KIB:,.0f} KiB"

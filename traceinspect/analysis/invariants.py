@@ -13,6 +13,10 @@ from traceinspect.analysis.result import Analysis
 from traceinspect.vocabulary import CAUSES
 
 ENV = "TRACEINSPECT_CHECK_INVARIANTS"
+# Float rounding: busy + idle, each a quotient of the same wall time, sum to 1 within it.
+_FLOAT_EPS = 1e-9
+# Each cause's fraction is rounded to 4 places: their sum is the idle fraction within this.
+_ROUNDED_EPS = 1e-3
 
 
 def enabled() -> bool:
@@ -33,6 +37,6 @@ def check_invariants(a: Analysis) -> None:
         assert all((gaps[c] >= 0).all() for c in CAUSES), "a negative part of a gap"
         assert (gaps[S.END_NS] - gaps[S.START_NS] == gaps[S.DURATION_NS]).all()
     total = float(wall.sum())
-    assert abs(a.busy_fraction + a.idle_fraction - 1.0) < 1e-9 or total == 0
-    assert abs(sum(a.cause_fractions.values()) - a.idle_fraction) < 1e-3, "fractions"
+    assert abs(a.busy_fraction + a.idle_fraction - 1.0) < _FLOAT_EPS or total == 0
+    assert abs(sum(a.cause_fractions.values()) - a.idle_fraction) < _ROUNDED_EPS, "fractions"
     assert a.steps.count == len(wall), "step count != per-step rows"

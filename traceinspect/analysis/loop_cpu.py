@@ -38,6 +38,9 @@ MIN_INTERVALS = 8
 #: The share of own code per interval must vary by this much across the intervals for the
 #: fit to tell its CPU from the rest's.
 MIN_SPREAD = 0.1
+#: The fit's normal equations count as singular (own code's share moving with the rest's)
+#: when their determinant is below this share of their diagonal's product.
+_SINGULAR_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _own_share(own: np.ndarray, rest: np.ndarray, cpu: np.ndarray) -> float:
     [0, 1]: the free fit where it lies inside, else the best fit on the square's edges."""
     m = np.array([[own @ own, own @ rest], [own @ rest, rest @ rest]])
     v = np.array([own @ cpu, rest @ cpu])
-    if abs(float(np.linalg.det(m))) > 1e-9 * max(float(m[0, 0] * m[1, 1]), 1.0):
+    if abs(float(np.linalg.det(m))) > _SINGULAR_EPS * max(float(m[0, 0] * m[1, 1]), 1.0):
         a, b = (float(x) for x in np.linalg.solve(m, v))
         if 0.0 <= a <= 1.0 and 0.0 <= b <= 1.0:
             return a

@@ -42,7 +42,7 @@ from traceinspect.analysis.window import (
 from traceinspect.backends.activity import DeviceActivity, device_activity
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
-from traceinspect.thresholds import KNEE_TOLERANCE
+from traceinspect.thresholds import HOST_AHEAD_NS, KNEE_TOLERANCE
 from traceinspect.trace import Trace
 from traceinspect.vocabulary import CAUSES
 
@@ -211,7 +211,7 @@ def _device_and_steps(trace: Trace) -> tuple[DeviceActivity, Steps, Intervals]:
     busy = close_short_gaps(activity.union, MIN_GAP_NS)
     lo, hi = int(steps.starts[0]), int(steps.ends[-1])
     if busy.clip(lo, hi).total == 0 and busy.total > 0:
-        if hi <= busy.starts[0] <= hi + 1_000_000_000:
+        if hi <= busy.starts[0] <= hi + HOST_AHEAD_NS:
             raise AnalysisError(
                 f"{trace.path}: the host dispatched all {len(steps)} traced steps before the "
                 "device started on them, so no step shows its own device work. Capture more "

@@ -42,6 +42,7 @@ from traceinspect.analysis.steps import Steps
 from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep
+from traceinspect.thresholds import EVALUATION_IDLE, STALL_READ_EARLY_NS, STAMPED_SHARE
 from traceinspect.vocabulary import CAUSES, PRECEDENCE
 
 #: A step is a stall when it takes this many times the median step...
@@ -50,6 +51,9 @@ STALL_FACTOR = 3.0
 STALL_MIN_NS = 2_000_000
 #: Occurrences needed to call a stall recurring.
 MIN_OCCURRENCES = 4
+#: The shortest series a recurring stall is looked for in: twice its occurrences, so that
+#: steps between them can show it is the exception.
+MIN_SERIES = 2 * MIN_OCCURRENCES
 #: The share of a lattice's steps that must be stalls.
 PERIOD_AGREEMENT = 0.75
 #: The most of the steps off the lattice that may be stalls: a recurring stall is the
@@ -112,7 +116,7 @@ def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray]:
     kept = [s for s in steps if s.index >= SKIP_FIRST]
     done = {s.index: s.done_unix_ns for s in kept if s.done_unix_ns}
     pairs = [(i, done[i] - done[i - 1]) for i in sorted(done) if i - 1 in done]
-    if not pairs or len(pairs) < len(kept) // 2:
+    if not pairs or len(pairs) < int(len(kept) * STAMPED_SHARE):
         return np.empty(0, np.int64), np.empty(0, np.float64)
     index, value = zip(*pairs, strict=True)
     return np.array(index, np.int64), np.array(value, np.float64)
@@ -121,7 +125,7 @@ def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray]:
 def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     """The stall that recurs every N steps over the run, or None when there is none."""
     index, value = step_series(steps)
-    if len(value) < 2 * MIN_OCCURRENCES:
+    if len(value) < MIN_SERIES:
         return None
     median = float(np.median(value))
     if median <= 0:
@@ -247,7 +251,7 @@ def stall_nature(
     idle = sum(by_cause.values())
     top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
-    if programs and idle < wall // 2:
+    if programs and idle < int(wall * EVALUATION_IDLE):
         kind = "evaluation"  # the device was busy: other programs ran in the stall
     elif top == "host" and read_site is not None:
         kind = "checkpoint"
@@ -270,7 +274,7 @@ def _read_before(gaps: Table, mine: np.ndarray, host: HostActivity) -> str | Non
     late = max(2_000_000, int(gaps[S.DURATION_NS][longest]) // 20)
     reads = host.sync_events
     hit = np.flatnonzero(
-        (reads.starts < p0) & (reads.ends >= p0 - 2_000_000) & (reads.ends <= p0 + late)
+        (reads.starts < p0) & (reads.ends >= p0 - STALL_READ_EARLY_NS) & (reads.ends <= p0 + late)
     )
     if len(hit) == 0:
         return None

@@ -21,6 +21,7 @@ from traceinspect.analysis.workers_inputs import (
     WorkerInputs,
     WorkerMeasurement,
 )
+from traceinspect.thresholds import CORE_WAIT_NOTE
 from traceinspect.vocabulary import KNEE_TOLERANCE
 
 
@@ -91,7 +92,7 @@ def _from_measurement(
     }
     waits = measured.core_share < WAITING_SHARE
     on_cpu = f"{measured.cpu_share:.0%} of their time on CPU"
-    if measured.cpu_wait_share >= 0.005:
+    if measured.cpu_wait_share >= CORE_WAIT_NOTE:
         on_cpu += f", {measured.cpu_wait_share:.0%} waiting for a core"
     kind = (
         f"workers wait on reads ({on_cpu})"
