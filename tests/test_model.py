@@ -313,3 +313,70 @@ def test_a_pods_json_says_what_decided_it(run: str, rule: str, host: str | None)
     followed = next(h for h in out["hosts"] if h["host"] == decided["host"])
     assert decided["host_decided_by"] == followed["analysis"]["decided_by"]
     assert all(h["analysis"]["decided_by"]["rule"] for h in out["hosts"])
+
+
+def _number(node: ast.AST) -> int | float | None:
+    """The value of a numeric literal (``-2`` included), else None (a bool is no number)."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        sign, node = (-1 if isinstance(node.op, ast.USub) else 1), node.operand
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return sign * node.value
+    return None
+
+
+def _bare_numbers(compare: ast.Compare) -> list[ast.AST]:
+    """The literals of ``compare`` that the rule below rejects."""
+    found: list[ast.AST] = []
+    for operand in [compare.left, *compare.comparators]:
+        value = _number(operand)
+        if value is not None:
+            # (c) compared directly: a float other than 0 and 1, an int beyond +-3.
+            if (isinstance(value, float) and value not in (0.0, 1.0)) or abs(value) > 3:
+                found.append(operand)
+            continue
+        for node in ast.walk(operand):
+            if isinstance(node, ast.BinOp):
+                # (b) an operand of arithmetic: any number but 0, 1 and -1.
+                for side in (node.left, node.right):
+                    value = _number(side)
+                    if value is not None and value not in (0, 1, -1):
+                        found.append(side)
+            elif (
+                isinstance(node, ast.Constant)
+                and type(node.value) is float
+                and node.value not in (0.0, 1.0)
+            ):
+                # (a) a float anywhere else in the comparison (a call's argument, an index).
+                found.append(node)
+    return found
+
+
+def test_no_bare_numbers_in_the_rules_comparisons() -> None:
+    """Every comparison under ``analysis/`` and ``isolate/`` names its numbers.
+
+    For each ``ast.Compare``, a numeric literal is rejected when it is
+    (a) a float other than 0.0 and 1.0, anywhere in the comparison (``x * 0.9 > y``,
+        ``share < 0.005``, ``f(x, 0.5) > y``);
+    (b) an operand of arithmetic (``+ - * / // % ** << >>``, ``-2`` counted as 2) other
+        than 0, 1 and -1 (``idle / 2``, ``10 * gap``, ``(g1 - g0) // 10``, ``1 << 20``);
+    (c) an int compared directly whose size is above 3 (``after < 5_000``, ``>= 2_000_000``).
+    Allowed: small structural counts compared directly (``len(steps) < 2``, ``d >= 2``),
+    0 and 1 anywhere (``x - 1.0``, ``n + 1``), and ints that are not an operand of
+    arithmetic (``round(x, 3) > y``, ``a[2] < b``). A decision threshold (a share, "most"
+    as a half, a factor, a time that decides) lives in ``traceinspect/thresholds.py``; a
+    unit (ns per second, bytes per MiB) and a numerical epsilon are named in their module.
+    Comparisons outside ``ast.Compare`` (``max(2_000_000, x)``) are not checked.
+    """
+    found: dict[tuple[str, int], str] = {}
+    for path in [*(PACKAGE / "analysis").rglob("*.py"), *(PACKAGE / "isolate").rglob("*.py")]:
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        name = path.relative_to(PACKAGE.parent).as_posix()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Compare):
+                for bare in _bare_numbers(node):
+                    found[name, bare.lineno] = lines[bare.lineno - 1].strip()
+    offenders = [f"{p}:{n}: {line}" for (p, n), line in sorted(found.items())]
+    print(*offenders, sep="\n")
+    assert not offenders, "bare numbers in comparisons (name them):\n" + "\n".join(offenders)
