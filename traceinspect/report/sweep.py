@@ -116,7 +116,7 @@ def render_sweep(result: SweepResult) -> str:
                 if untraced
                 else ""
             )
-            + "spread: (p90 - p10) / median of the step times; input ... unknown %: share of "
+            + "spread: (p90 - p10) / mean of the step times; input ... unknown %: share of "
             "step time the device sat idle, by cause."
         )
     again = [r.workers for r in result.runs if r.first_untraced_ms is not None]
