@@ -14,7 +14,8 @@ from click.testing import CliRunner
 import traceinspect
 from traceinspect import schema as S
 from traceinspect.analysis.analyze import analyze
-from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
+from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result_record import analysis_from_record, analysis_record
 from traceinspect.cli import main
 from traceinspect.report.analyze import render_analysis
 from traceinspect.report.html import render_html

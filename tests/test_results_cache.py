@@ -24,7 +24,7 @@ import traceinspect.loading
 import traceinspect.trace
 import traceinspect.xplane.reader
 from traceinspect.analysis.analyze import analyze
-from traceinspect.analysis.result import analysis_from_record, analysis_record
+from traceinspect.analysis.result_record import analysis_from_record, analysis_record
 from traceinspect.cli import main
 from traceinspect.report.analyze import render_analysis
 from traceinspect.xplane.cache import cache_dir

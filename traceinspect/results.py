@@ -5,7 +5,7 @@ traceinspect version and its code, by size and mtime); the printed answers kept 
 these entries are :mod:`traceinspect.answers`'. Only local files are cached.
 
 An entry is one ``.npz`` file (numpy arrays, no pickles) in the frame cache's directory,
-holding the analysis record (:func:`~traceinspect.analysis.result.analysis_record`), written
+holding the analysis record (:func:`~traceinspect.analysis.result_record.analysis_record`), written
 under a temporary name and renamed. Anything unreadable is a miss: a damaged entry costs
 time, never a wrong answer. The most recently used ``MAX_ENTRIES`` entries are kept.
 """
@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from traceinspect.analysis.result import Analysis, analysis_from_record, analysis_record
+from traceinspect.analysis.result import Analysis
+from traceinspect.analysis.result_record import analysis_from_record, analysis_record
 from traceinspect.answers import ANALYSIS_SUFFIX as _SUFFIX
 from traceinspect.answers import analysis_entry, prune, result_key
 from traceinspect.xplane.cache import cache_dir
