@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -142,3 +143,60 @@ def test_help_example_runs_from_anywhere(
     line = _SAMPLE.sub(lambda m: shlex.quote(str(sample_path(m.group(1) or "sync_bound"))), example)
     result = CliRunner().invoke(main, shlex.split(line)[1:])
     assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def plain_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The package as `pip install .` leaves it: in a site-packages away from the checkout
+    (its samples copied there); returns that site-packages."""
+    import traceinspect.cli.sample as module
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(SAMPLES, site / "traceinspect" / "_samples")
+    monkeypatch.setattr(module, "SAMPLES", site / "traceinspect" / "_samples")
+    return site
+
+
+def test_a_plain_install_finds_the_checkout_it_runs_in(
+    plain_install: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the checkout or any directory below it: its sample_traces/, as in a source tree."""
+    checkout = tmp_path / "checkout"
+    (checkout / "docs" / "deep").mkdir(parents=True)
+    (checkout / "sample_traces").symlink_to(REPO / "sample_traces")
+    monkeypatch.chdir(checkout / "docs" / "deep")
+    listed = json.loads(CliRunner().invoke(main, ["sample", "--list", "--json"]).stdout)
+    assert listed["sample_traces"] == str(checkout / "sample_traces")
+    assert "note" not in listed
+    assert listed["samples"][0]["path"].startswith(str(plain_install))
+    healthy = next(s for s in listed["samples"] if s["name"] == "scenarios/healthy")
+    assert healthy["path"] == str(checkout / "sample_traces" / "scenarios" / "healthy")
+    assert len(listed["samples"]) == 1 + len(source_samples())
+    result = CliRunner().invoke(main, ["sample", "scenarios/healthy"])
+    assert result.stdout.strip() == healthy["path"]
+
+
+def test_outside_a_checkout_list_says_where_it_looked(
+    plain_install: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    note = (
+        f"no sample_traces/manifest.json in {elsewhere} or a directory above it, nor beside "
+        f"the package ({plain_install}): a source checkout's traces are found when "
+        "traceinspect runs inside it."
+    )
+    result = CliRunner().invoke(main, ["sample", "--list"])
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["sync_bound"]
+    assert result.stderr == f"Note: {note}\n"
+    listed = json.loads(CliRunner().invoke(main, ["sample", "--list", "--json"]).stdout)
+    assert [s["name"] for s in listed["samples"]] == ["sync_bound"]
+    assert listed["sample_traces"] is None and listed["note"] == note
+    unknown = CliRunner().invoke(main, ["sample", "scenarios/healthy"])
+    assert unknown.exit_code == 2
+    assert unknown.stderr == (
+        "Error: No bundled sample named 'scenarios/healthy': the packaged samples are "
+        f"sync_bound (traceinspect sample --list); {note}\n"
+    )
