@@ -47,6 +47,38 @@ def test_a_kept_answer_says_so() -> None:
     assert "traceinspect: printing the answer kept from an earlier analyze" in result.stderr
 
 
+def _verdict_line(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if " verdict " in line]
+    return line
+
+
+@pytest.mark.parametrize("printed", [["--json"], []])
+def test_a_cached_answer_gives_the_same_reasoning(printed: list[str]) -> None:
+    """From the kept answer (the same printing again) and from the kept analysis (printed
+    another way): the line the analysis logged when it decided."""
+    fresh = _verdict_line(["-v", "analyze", SAMPLE, "--no-cache", "--json"])
+    assert fresh.startswith("traceinspect: verdict sync-bound by rule idle_cause (sync 33.1%")
+    CliRunner().invoke(main, ["analyze", SAMPLE, "--json"])  # keeps the analysis and answer
+    assert _verdict_line(["-v", "analyze", SAMPLE, *printed]) == fresh
+    assert _verdict_line(["analyze", SAMPLE, *printed, "-v"]) == fresh
+
+
+def test_a_cached_answer_without_its_analysis_says_where_the_reasoning_is() -> None:
+    from traceinspect.xplane.cache import cache_dir
+
+    CliRunner().invoke(main, ["analyze", SAMPLE])
+    for stored in cache_dir().glob("*.analysis.npz"):
+        stored.unlink()
+    result = CliRunner().invoke(main, ["-v", "analyze", SAMPLE])
+    assert result.exit_code == 0
+    assert "traceinspect: printing the answer kept from an earlier analyze" in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "traceinspect: the answer came from the cache: run with --no-cache to see the reasoning"
+    )
+
+
 def _commands() -> list[str]:
     ctx = click.Context(main)
     return main.list_commands(ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinspect.cli._options import (
+    VERBOSE,
     TraceRequest,
     json_option,
     note_newest_run,
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from traceinspect.analysis.straggler import HostResult
     from traceinspect.trace import Trace
     from traceinspect.xplane.locate import Located
+
+log = logging.getLogger(__name__)
 
 
 @click.command()
@@ -140,6 +144,8 @@ def analyze(
         kept = answers.read(located, printed)
         if kept is not None:
             note_newest_run(located, request.path, request.quiet)
+            if ctx.meta.get(VERBOSE):
+                _say_kept_reasoning(located)
             with writing(None):
                 click.echo(kept)
             return
@@ -181,6 +187,7 @@ def _one_host_analysis(request: TraceRequest, located: Located) -> tuple[Analysi
         stored = results.load(located)
         if stored is not None:
             note_newest_run(located, request.path, request.quiet)
+            _say_reasoning(stored)
             return stored, None
     # The file decodes (without the GIL) while numpy and the analysis are imported.
     finish_loading = request.start_load(located)
@@ -193,6 +200,43 @@ def _one_host_analysis(request: TraceRequest, located: Located) -> tuple[Analysi
 
         results.store(located, result)
     return result, trace
+
+
+def _say_kept_reasoning(located: Located) -> None:
+    """-v on a kept answer: the reasoning of the analysis kept beside it (read for that
+    alone), or where to find it when that analysis is gone."""
+    from traceinspect import results
+
+    stored = results.load(located)
+    if stored is None:
+        log.info("the answer came from the cache: run with --no-cache to see the reasoning")
+    else:
+        _say_reasoning(stored)
+
+
+def _say_reasoning(analysis: Analysis) -> None:
+    """For -v, the verdict's reasoning from a kept analysis, in the line the analysis logs
+    when it decides (``analysis/analyze.py``'s ``_log``; tests/test_verbose.py checks the
+    two agree): the record keeps the decision and the idle shares it read."""
+    decision = analysis.decision
+    if decision is None:
+        log.info("the kept analysis records no decision: run with --no-cache to see the reasoning")
+        return
+    fractions = analysis.cause_fractions
+    log.info(
+        "verdict %s by rule %s (%s %.1f%%, %s; runner-up %s %.1f%%): idle time as a share of "
+        "step time: %s; sync idle time recurs in %.0f%% of the steps%s",
+        decision.verdict,
+        decision.rule,
+        decision.cause,
+        decision.share * 100,
+        decision.basis,
+        decision.runner_up,
+        decision.runner_up_share * 100,
+        ", ".join(f"{c} {fractions[c]:.1%}" for c in fractions),
+        decision.sync_steps * 100,
+        " (too few to name the verdict: an occasional read)" if decision.occasional_sync else "",
+    )
 
 
 def _write_reports(
