@@ -149,3 +149,33 @@ def test_events_help_says_what_start_ns_counts_from() -> None:
     code, out, _ = run("events", str(SAMPLE), "--format", "json", "--limit", "1", "--no-stats")
     assert code == 0
     assert json.loads(out)[0]["start_ns"] == 35076
+
+
+def test_events_limit_0_means_every_event() -> None:
+    total = json.loads(run("info", str(SAMPLE), "--json")[1])["event_count"]
+    code, out, _ = run("events", str(SAMPLE), "--limit", "0", "--no-stats", "--json")
+    assert code == 0 and len(json.loads(out)) == total
+    code, out, err = run("events", str(SAMPLE), "--limit", "0", "--no-stats")
+    assert code == 0 and len(out.splitlines()) > total  # and the header
+    assert err.strip() == f"{total:,} of {total:,} matching events ({total:,} in all)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["info", "{file}", "--run", "r1"],
+        ["analyze", "{file}", "--run", "r1"],
+        ["events", "{file}", "--run", "r1"],
+        ["compare", "{file}", "{file}", "--run-after", "r1"],
+    ],
+)
+def test_run_names_on_a_single_file_are_refused(args: list[str]) -> None:
+    option = args[-2]
+    code, out, err = run(*[a.format(file=SAMPLE) for a in args])
+    assert (code, out) == (2, "")
+    assert err == (
+        f"Error: {option} r1 picks a run of a log directory, but {SAMPLE} is one trace file: "
+        f"leave {option} out, or pass the log directory.\n"
+    )
+    as_json = json.loads(run(*[a.format(file=SAMPLE) for a in args], "--json")[1])
+    assert as_json["error"]["type"] == "UsageError" and as_json["error"]["path"] == str(SAMPLE)

@@ -74,9 +74,11 @@ def trace_input(func: F) -> F:
     def wrapper(**kwargs: Any) -> Any:
         from traceinspect.xplane.fs import to_location
 
+        path, run = to_location(kwargs.pop("path")), kwargs.pop("run")
+        refuse_run_of_a_file(path, run)
         request = TraceRequest(
-            path=to_location(kwargs.pop("path")),
-            run=kwargs.pop("run"),
+            path=path,
+            run=run,
             no_cache=kwargs.pop("no_cache"),
             decoder=kwargs.pop("decoder"),
             quiet=kwargs.pop("quiet"),
@@ -110,6 +112,22 @@ def trace_input(func: F) -> F:
     for option in reversed(options):
         decorated = option(decorated)
     return decorated
+
+
+def refuse_run_of_a_file(path: Path | URLPath, run: str | None, option: str = "--run") -> None:
+    """``--run NAME`` picks one run of a log directory: given with a single trace file, it
+    would be ignored; refused instead, in one line. (A URL is not listed for this: one
+    ending in ``.xplane.pb`` is taken for a file.)"""
+    if run is None:
+        return
+    if path.is_file() if isinstance(path, Path) else path.name.endswith(".xplane.pb"):
+        from traceinspect.errors import UsageError
+
+        raise UsageError(
+            f"{option} {run} picks a run of a log directory, but {path} is one trace file: "
+            f"leave {option} out, or pass the log directory.",
+            path=path,
+        )
 
 
 # Decoding that ends sooner shows no progress: a line that flashes by says nothing.

@@ -7,6 +7,7 @@ import json
 import click
 
 from traceinspect.cli._options import TraceRequest, json_option, verbose_option
+from traceinspect.cli._trace_input import refuse_run_of_a_file
 
 
 @click.command()
@@ -53,6 +54,11 @@ def compare(
     from traceinspect.report.compare import render_comparison
     from traceinspect.xplane.fs import to_location
 
+    for path, run, option in (
+        (before, run_before, "--run-before"),
+        (after, run_after, "--run-after"),
+    ):
+        refuse_run_of_a_file(to_location(path), run, option)
     analyses = [
         analyze(TraceRequest(to_location(path), run, no_cache, "auto", quiet, not as_json).load())
         for path, run in ((before, run_before), (after, run_after))

@@ -48,7 +48,11 @@ RENAMED = [
     "Only events overlapping this window, in ms from the trace's first event; either end "
     "may be left out (100: from 100 ms on)."
 )
-@click.option("--limit", type=click.IntRange(min=0), help="At most N events (table: 50).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    help="At most N events (default: all; the table 50); 0: all of them.",
+)
 @click.option(
     "--sort",
     type=click.Choice(["start", "duration", "none"]),
@@ -124,6 +128,8 @@ def events(
     )
     if limit is None and fmt == "table":
         limit = 50
+    elif limit == 0:
+        limit = None
     with writing(output):
         result = render_events(
             trace, selected, fmt=fmt, sort=sort, limit=limit, stats=not no_stats, output=output
