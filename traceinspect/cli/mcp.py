@@ -1,8 +1,10 @@
 """`traceinspect mcp`: the read-and-analyse commands as tools for coding agents, over MCP.
 
 Each tool runs the command of its name with ``--json`` in this process and returns what that
-prints: the same JSON document as ``traceinspect <command> --json``, errors included (a tool
-error whose text is the ``{"error": {...}}`` object). The server is the official MCP Python
+prints: the same JSON document as ``traceinspect <command> --json`` (compact, and as
+structured content under the tool's output schema), errors included (a tool error whose text
+is the ``{"error": {...}}`` object; an unknown tool and arguments that fail the input schema
+too). The server is the official MCP Python
 SDK's (``pip install 'traceinspect[mcp]'``), on stdio (``_mcp_server``). docs/agents.md and the
 agent skill docs/skills/traceinspect/SKILL.md say how to use it.
 """
@@ -21,9 +23,11 @@ def mcp() -> None:
     """Serve analyze, info, events, compare and attach to coding agents over MCP (stdio).
 
     An MCP server on stdin/stdout, with the official MCP Python SDK
-    (pip install 'traceinspect[mcp]'). Each tool returns the JSON of the command's --json,
-    errors as {"error": {...}}. Register it with an agent as the command
-    `traceinspect mcp`; docs/agents.md and docs/skills/traceinspect/SKILL.md say more.
+    (pip install 'traceinspect[mcp]'). Each tool returns the JSON of the command's --json
+    (compact; also as structured content), every error as {"error": {...}}; analyze can
+    return a summary (detail "summary", top N gaps). Register it with an agent as the
+    command `traceinspect mcp`; docs/agents.md and docs/skills/traceinspect/SKILL.md say
+    more.
 
     \b
     Examples:
