@@ -320,7 +320,9 @@ def _number(node: ast.AST) -> int | float | None:
     sign = 1
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         sign, node = (-1 if isinstance(node.op, ast.USub) else 1), node.operand
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        if isinstance(node.value, bool):
+            return None
         return sign * node.value
     return None
 
@@ -376,7 +378,8 @@ def test_no_bare_numbers_in_the_rules_comparisons() -> None:
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Compare):
                 for bare in _bare_numbers(node):
-                    found[name, bare.lineno] = lines[bare.lineno - 1].strip()
+                    line = getattr(bare, "lineno", node.lineno)
+                    found[name, line] = lines[line - 1].strip()
     offenders = [f"{p}:{n}: {line}" for (p, n), line in sorted(found.items())]
     print(*offenders, sep="\n")
     assert not offenders, "bare numbers in comparisons (name them):\n" + "\n".join(offenders)

@@ -78,7 +78,7 @@ def main(workers: int = 0, steps: int = 300) -> None:
     t0 = time.perf_counter()
     for _, batch in zip(range(steps), ds, strict=False):
         params, loss = train_step(params, batch)
-    jax.block_until_ready(loss)
+    loss.block_until_ready()
     print(f"done: {(time.perf_counter() - t0) / steps * 1000:.2f} ms/step")
 
 
