@@ -20,7 +20,7 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
-from traceinspect.thresholds import MATTERS
+from traceinspect.thresholds import GIL_HELD, MATTERS
 
 
 def recommendations(
@@ -132,6 +132,12 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
     if decision.cause == "pipeline_cpu":
         # The host's time is the pipeline's doing: the worker count (first) and the stage.
         advice = tuple(r for r in advice if r.kind not in GENERIC)
+    elif _threads_hold_the_gil(m):
+        # The training thread's untraced time is its wait for the GIL the read threads
+        # hold: the pipeline's cost, not the loop's own code (Grain's tutorial loop at 0
+        # workers, captured under load: input-bound by its idle time, and its `for` line
+        # blamed for the rest).
+        advice = tuple(r for r in advice if r.kind != "reduce_host_overhead")
     if stall is not None:
         own = stall_advice(m, stall.detail, floors)
         advice = with_stall_advice(advice, own, is_verdict=decision.cause == "stall")
@@ -200,3 +206,13 @@ def _idle_advice(
     if stages is not None and verdict == "input-bound":
         advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
     return advice
+
+
+def _threads_hold_the_gil(m: Measured) -> bool:
+    """Whether the pipeline runs on the training process's read threads and they hold the
+    GIL together (``GIL_HELD`` cores or more)."""
+    stages = m.stages
+    if stages is None or stages.workers:
+        return False
+    cores = stages.threads_cores
+    return cores is not None and cores >= GIL_HELD
