@@ -23,11 +23,15 @@ def test_the_tutorial_loop_at_0_workers_is_input_bound_not_its_own_code(tmp_path
     result = run_capture(command, CaptureOptions(logdir=str(tmp_path), quiet=True))
     assert result.exit_code == 0, result.summary()
     analysis = traceinspect.analyze(traceinspect.load(result.run_dir, use_cache=False))
+    stages = analysis.input_stages
+    assert stages is not None and stages.workers == 0
+    if stages.threads_cpu_share is None:
+        # Known gap (issue 48): on a loaded machine capture's window can close before the
+        # read threads' CPU is read, and the rule has nothing to go on.
+        pytest.skip("capture did not measure the read threads' CPU in this window")
     assert analysis.verdict == "input-bound", analysis.summary
     assert analysis.decision is not None and analysis.decision.cause in ("pipeline_cpu", "input")
     kinds = [r.kind for r in analysis.recommendations]
     assert "reduce_host_overhead" not in kinds, kinds
-    stages = analysis.input_stages
-    assert stages is not None and stages.workers == 0
     assert stages.threads_compute_share is not None and stages.threads_compute_share >= 0.5
     assert not any("one per Grain worker" in n for n in analysis.notes)
