@@ -40,10 +40,15 @@ Trace annotations added inside the window (host plane, main thread):
 
 The sidecar's fields and their reader are in :mod:`traceinspect.sidecar`.
 
-SIGTERM and SIGHUP sent to the capture process, and a second Ctrl-C, are passed on to the
-script; one still running ``kill_grace_s`` later (:data:`TERMINATE_GRACE_S`) has its trace
-saved and is killed, with the processes it started. If the capture process dies (SIGKILL),
-the script gets SIGTERM from the kernel and is ended the same way (Linux).
+One SIGINT ends the script, whether a terminal sent it to the whole process group or
+someone to the capture process alone (the script gets it once); one still running
+:data:`INTERRUPT_GRACE_S` later gets SIGTERM, and after as long again has its trace saved and
+is killed, with the processes it started. SIGTERM and SIGHUP sent to the capture process are
+passed on to the script, which is ended so ``kill_grace_s`` later (:data:`TERMINATE_GRACE_S`).
+If the capture process dies (SIGKILL), the script gets SIGTERM from the kernel and is ended
+the same way (Linux). A script whose worker process died with an error while no step came
+for long (``_watchdog.STALL_MIN_S``, ``TRACEINSPECT_STALL_S``) is named and stopped: its
+stderr passes through the capture process, which reads the worker's traceback there.
 
 :func:`run_phase` runs the script once as a phase of ``traceinspect isolate`` instead: the
 same child with host timing only, no profiler (:mod:`traceinspect.capture._phase`).
@@ -69,6 +74,7 @@ from traceinspect.capture._phase import (
     wait_for_quiet,
 )
 from traceinspect.capture._runner import (
+    INTERRUPT_GRACE_S,
     STEP_SOURCES,
     TERMINATE_GRACE_S,
     CaptureOptions,
@@ -85,6 +91,7 @@ __all__ = [
     "ANN_HOST_READ",
     "ANN_NEXT_BATCH",
     "ANN_STEP",
+    "INTERRUPT_GRACE_S",
     "SIDECAR_NAME",
     "STEP_SOURCES",
     "TERMINATE_GRACE_S",

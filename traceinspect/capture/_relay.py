@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,13 +18,16 @@ from types import FrameType
 from typing import Any
 
 from traceinspect.capture._child import reap
-from traceinspect.capture._types import CaptureProgress, ProgressCallback
+from traceinspect.capture._types import INTERRUPT_GRACE_S, CaptureProgress, ProgressCallback
+from traceinspect.capture._watchdog import Watchdog
 
 # How often a caller's progress callback is called while the script runs (seconds).
 PROGRESS_EVERY_S = 0.2
 #: How long the child may take to save its trace once asked to (``TERMINATE_GRACE_S``) before
 #: the script and what it started are killed regardless.
 SAVE_GRACE_S = 15.0
+#: The control line that tells the child a SIGINT came (``run._pass_on_interrupt``).
+INTERRUPT = "interrupt"
 
 
 def _read_status(path: str | Path) -> dict[str, Any] | None:
@@ -56,28 +60,48 @@ class _Reporter:
 
 
 class _SignalRelay:
-    """Pass signals to the child the way a shell user expects, and never wait forever.
+    """Pass signals to the child the way a shell user expects, stop it when asked, and never
+    wait forever.
 
-    Ctrl-C reaches the whole foreground process group, so the child already has it: the first
-    SIGINT is not forwarded; a second one is, and a third ends the child at once. SIGTERM and
-    SIGHUP sent to us are forwarded. Each stop first writes the stop file, so that the child
-    ends what it started on its way out. If the child is still alive ``grace_s`` after a
-    forwarded signal (it ignores SIGTERM, or is stuck), a line on the control pipe has a
-    thread of the child save its trace and kill it; ``SAVE_GRACE_S`` later it is killed from
-    here, with every process below it.
+    One SIGINT ends the script, whether a terminal sent it to the whole foreground process
+    group (the script has it already) or someone sent it to capture alone (``timeout``,
+    ``kill -INT``): the child is told, and raises it in itself unless it had it
+    (``run._pass_on_interrupt``), so it gets it once. ``INTERRUPT_GRACE_S`` later a script
+    still running gets SIGTERM (unless it is on its way out, its trace saved), and
+    ``INTERRUPT_GRACE_S`` after that it is ended: its trace saved by a thread of the child,
+    then killed (SIGKILL) with what it started. A second SIGINT sends the SIGTERM at once, a
+    third ends it at once. SIGTERM and SIGHUP sent to us are forwarded, and the script is
+    ended ``grace_s`` later. :meth:`stop` (capture's watchdog) sends SIGTERM and ends it
+    ``INTERRUPT_GRACE_S`` later. Each stop first writes the stop file, so that the child ends
+    what it started on its way out. A child that cannot save its trace (it holds the GIL) is
+    killed from here, with every process below it, ``SAVE_GRACE_S`` after it was asked.
     """
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], grace_s: float, control_fd: int, stop_path: str
+        self,
+        proc: subprocess.Popen[bytes],
+        grace_s: float,
+        control_fd: int,
+        stop_path: str,
+        report_path: str | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.proc = proc
         self.grace_s = grace_s
         self.control_fd = control_fd
         self.stop_path = stop_path
+        self.report_path = report_path
+        self.say = say if say is not None else _say_on_stderr
         self.interrupts = 0
+        #: When a SIGTERM follows the first Ctrl-C.
+        self.term_at: float | None = None
         self.kill_at: float | None = None
         self.kill_why = ""
         self.hard_kill_at: float | None = None
+        #: Whether capture is stopping the script (a signal passed on, or its watchdog).
+        self.stopping = False
+        #: Why capture's watchdog stopped the script, when it did.
+        self.stopped: str | None = None
         #: Why the child was ended from here, once it was.
         self.killed: str | None = None
 
@@ -85,28 +109,63 @@ class _SignalRelay:
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(sig)
 
+    def _tell(self, line: str) -> None:
+        """A line to the child's watch on the control pipe (``run._watch_parent``)."""
+        with contextlib.suppress(OSError):
+            os.write(self.control_fd, f"{line}\n".encode())
+
     def _stopping(self) -> None:
+        self.stopping = True
         with contextlib.suppress(OSError):
             Path(self.stop_path).touch()
 
     def _end(self, why: str) -> None:
         """Have the child save its trace and die; kill it from here if it cannot."""
-        self.kill_at = None
+        self.kill_at = self.term_at = None
         if self.killed is not None:
             return
         self.killed = why
-        with contextlib.suppress(OSError):
-            os.write(self.control_fd, f"{why}\n".encode())
+        self._tell(why)
         self.hard_kill_at = time.monotonic() + SAVE_GRACE_S
+
+    def _terminate(self, after: str) -> None:
+        """SIGTERM the script, and end it ``INTERRUPT_GRACE_S`` later."""
+        self.term_at = None
+        self._send(signal.SIGTERM)
+        if self.kill_at is None and self.killed is None:
+            self.kill_at = time.monotonic() + INTERRUPT_GRACE_S
+            self.kill_why = f"it went on {INTERRUPT_GRACE_S:g} s after {after}"
+
+    def _ended_its_run(self) -> bool:
+        """Whether the child has ended the script's run (its trace saved) and only has to
+        exit: its report says how the script ended."""
+        if self.report_path is None:
+            return False
+        try:
+            report = json.loads(Path(self.report_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(report, dict) and bool(report.get("ended"))
+
+    def _after_interrupt(self) -> None:
+        """``INTERRUPT_GRACE_S`` after the first Ctrl-C: SIGTERM unless it is on its way out
+        (its atexit handlers, Grain's workers ending), which it then has as long again."""
+        if self._ended_its_run():
+            self.term_at = None
+            self.kill_at = time.monotonic() + INTERRUPT_GRACE_S
+            self.kill_why = f"it went on {2 * INTERRUPT_GRACE_S:g} s after Ctrl-C"
+        else:
+            self._terminate("Ctrl-C and SIGTERM")
 
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
         self._stopping()
-        if self.interrupts == 2:
-            self._send(signal.SIGINT)
-            self.kill_at = time.monotonic() + self.grace_s
-            self.kill_why = f"it went on {self.grace_s:g} s after a second Ctrl-C"
-        elif self.interrupts >= 3:
+        if self.interrupts == 1:
+            self._tell(f"{INTERRUPT} {time.monotonic():.6f}")
+            self.term_at = time.monotonic() + INTERRUPT_GRACE_S
+        elif self.interrupts == 2:
+            self._terminate("a second Ctrl-C and SIGTERM")
+        else:
             self._end("a third Ctrl-C")
 
     def on_terminate(self, signum: int, frame: FrameType | None) -> None:
@@ -116,6 +175,14 @@ class _SignalRelay:
             self.kill_at = time.monotonic() + self.grace_s
             name = signal.Signals(signum).name
             self.kill_why = f"it went on {self.grace_s:g} s after {name}"
+
+    def stop(self, why: str) -> None:
+        """Stop the script on capture's own account (``why``): SIGTERM, then the end."""
+        if self.stopping:
+            return
+        self.stopped = why
+        self._stopping()
+        self._terminate("SIGTERM")
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -144,20 +211,33 @@ class _SignalRelay:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
 
-    def wait(self, tick: Callable[[], None] | None = None) -> int:
+    def wait(self, tick: Callable[[], None] | None = None, watchdog: Watchdog | None = None) -> int:
         while True:
             try:
                 return self.proc.wait(timeout=PROGRESS_EVERY_S)
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
+                if self.term_at is not None and now > self.term_at:
+                    self._after_interrupt()
                 if self.kill_at is not None and now > self.kill_at:
                     self._end(self.kill_why)
                 if self.hard_kill_at is not None and now > self.hard_kill_at:
                     self.hard_kill_at = None
                     if self.proc.poll() is None:  # not reaped: the pid is still the child's
                         reap.kill_tree(self.proc.pid)
+                if watchdog is not None and not self.stopping:
+                    seen = watchdog.poll(now)
+                    if seen is not None:
+                        self.say(f"traceinspect: {seen}; stopping the script")
+                        self.stop(seen)
                 if tick is not None:
                     tick()
+
+
+def _say_on_stderr(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
 
 
 def _exit_code(returncode: int) -> tuple[int, str | None]:

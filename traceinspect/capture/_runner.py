@@ -25,7 +25,9 @@ from traceinspect.capture._child import ENTRY, facts
 from traceinspect.capture._child._base import _write_json_atomic
 from traceinspect.capture._command import ScriptCommand, parse_command
 from traceinspect.capture._relay import PROGRESS_EVERY_S, _exit_code, _Reporter, _SignalRelay
+from traceinspect.capture._stderr import ScriptStderr
 from traceinspect.capture._types import (
+    INTERRUPT_GRACE_S,
     STEP_SOURCES,
     TERMINATE_GRACE_S,
     CaptureOptions,
@@ -33,9 +35,11 @@ from traceinspect.capture._types import (
     CaptureResult,
     ProgressCallback,
 )
+from traceinspect.capture._watchdog import Watchdog, stall_floor_s
 from traceinspect.errors import CaptureError, CaptureUsageError
 
 __all__ = [
+    "INTERRUPT_GRACE_S",
     "PROGRESS_EVERY_S",
     "STEP_SOURCES",
     "TERMINATE_GRACE_S",
@@ -51,8 +55,8 @@ __all__ = [
     "run_capture",
 ]
 
-# The child rewrites this file in its scratch directory while the script runs (when the
-# caller asked for progress): _Reporter reads it.
+# The child rewrites this file in its scratch directory while the script runs: _Reporter
+# (progress) and the watchdog (the steps) read it.
 STATUS_NAME = "status.json"
 # The child's scratch file that says capture is stopping it (``_child.run._stopping``).
 STOP_NAME = "stopping"
@@ -227,10 +231,12 @@ def run_capture(
     options = options or CaptureOptions()
     options.check()
     cmd = parse_command(command)
+    floor_s = stall_floor_s()
     shared = options.run_name is not None
     run_name, run_dir, scratch = _prepare_logdir(options.logdir, options.run_name)
     sidecar_path = Path(run_dir, SC.file_name(options.host if shared else None))
     control: tuple[int, int] | None = None
+    stderr: ScriptStderr | None = None
     try:
         if shared:
             _claim_host(run_dir, options, cmd)
@@ -238,21 +244,25 @@ def run_capture(
         # sees it close when we die, however we die (run.py: _watch_parent).
         control = os.pipe()
         config = _child_config(cmd, options, run_dir, scratch, control_fd=control[0])
-        if progress is not None:
-            config["status_path"] = str(Path(scratch, STATUS_NAME))
+        config["status_path"] = str(Path(scratch, STATUS_NAME))
         config_path = Path(scratch, "config.json")
         config_path.write_text(json.dumps(config), encoding="utf-8")
         argv = [cmd.python, *cmd.interpreter_options, ENTRY, str(config_path)]
+        # The script's stderr passes through us (_stderr.py): the watchdog reads what its
+        # workers said before they died. With --json its stdout goes there too.
+        stderr = ScriptStderr()
         started_ns = time.time_ns()
-        # fd 2, this process' stderr: the script's output stays apart from our JSON.
         proc = subprocess.Popen(
             argv,
-            stdout=2 if options.script_stdout_to_stderr else None,
+            stdout=stderr.write_fd if options.script_stdout_to_stderr else None,
+            stderr=stderr.write_fd,
             pass_fds=(control[0],),
         )
     except (CaptureError, OSError) as exc:
         if control is not None:
             os.close(control[1])
+        if stderr is not None:
+            stderr.abandon()
         shutil.rmtree(scratch, ignore_errors=True)
         if isinstance(exc, CaptureError):
             raise
@@ -265,13 +275,33 @@ def run_capture(
     finally:
         if control is not None:
             os.close(control[0])
-    relay = _SignalRelay(proc, options.kill_grace_s, control[1], config["stop_path"])
+    stderr.start()
+    relay = _SignalRelay(
+        proc,
+        options.kill_grace_s,
+        control[1],
+        config["stop_path"],
+        report_path=config["report_path"],
+        say=stderr.say,
+    )
+    watchdog = Watchdog(
+        proc.pid,
+        config["status_path"],
+        stderr.tracebacks,
+        floor_s=floor_s,
+        script_path=cmd.target if cmd.mode == "path" else None,
+    )
     tick = None if progress is None else _Reporter(progress, config["status_path"])
     try:
         with relay.installed():
-            returncode = relay.wait(tick)
+            returncode = relay.wait(tick, watchdog)
     finally:
         os.close(control[1])
+        stderr.close()
+    if relay.stopping:
+        # What left the script's tree when its parent died first (the child ended those
+        # still below it on its way out).
+        watchdog.end_leftovers()
     ended_ns = time.time_ns()
 
     exit_code, exit_signal = _exit_code(returncode)
@@ -295,6 +325,7 @@ def run_capture(
         ended_ns=ended_ns,
         write_error=write_error,
         killed=killed,
+        stopped=relay.stopped,
     )
     try:
         _write_json_atomic(str(sidecar_path), sidecar)
@@ -315,6 +346,7 @@ def run_capture(
         sidecar=sidecar,
         write_error=write_error,
         killed=killed,
+        stopped=relay.stopped,
     )
 
 
@@ -331,9 +363,12 @@ def _build_sidecar(
     ended_ns: int,
     write_error: str | None = None,
     killed: str | None = None,
+    stopped: str | None = None,
 ) -> SC.SidecarJSON:
     """The sidecar: the run as the parent saw it, and the child's report of it."""
     reasons: list[str] = []
+    if stopped is not None:
+        reasons.append(f"traceinspect stopped the script: {stopped}")
     if write_error is not None:
         reasons.append(f"no trace could be written: {write_error}")
     if report is None and killed is not None:

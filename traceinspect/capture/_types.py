@@ -13,10 +13,17 @@ from traceinspect import sidecar as SC
 from traceinspect.errors import CaptureUsageError
 
 STEP_SOURCES = ("auto", "annotation", "grain", "jit", "time")
-#: How long a script has to end after capture passed on SIGTERM or SIGHUP (or a second
-#: Ctrl-C) before capture ends it (``CaptureOptions.kill_grace_s``): its trace is saved by a
-#: thread of the child, then it is killed (SIGKILL) with the processes it started.
+#: How long a script has to end after capture passed on SIGTERM or SIGHUP before capture
+#: ends it (``CaptureOptions.kill_grace_s``): its trace is saved by a thread of the child,
+#: then it is killed (SIGKILL) with the processes it started.
 TERMINATE_GRACE_S = 5.0
+#: After a Ctrl-C (SIGINT) reached the script, how long it has to end before capture sends
+#: SIGTERM; after that SIGTERM (or the one capture's watchdog sends), how long before capture
+#: ends it (trace saved, SIGKILL with what it started). A script that ends on Ctrl-C (its
+#: trace written: 47-440 ms in our runs; its Grain workers stopped: a second or two) is gone
+#: before; one stuck on its way out (a Grain iterator joining a thread blocked for ever on a
+#: dead worker) is ended 6 s after one Ctrl-C.
+INTERRUPT_GRACE_S = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +122,9 @@ class CaptureResult:
     write_error: str | None = None
     #: Why capture killed the script (it went on ``kill_grace_s`` after SIGTERM), when it did.
     killed: str | None = None
+    #: What capture's watchdog saw when it stopped the script (no step for long, a worker
+    #: dead: ``_watchdog.Watchdog``), when it did.
+    stopped: str | None = None
 
     @functools.cached_property
     def record(self) -> SC.Sidecar:
@@ -172,6 +182,7 @@ class CaptureResult:
             "partial_reasons": list(self.partial_reasons),
             "write_error": self.write_error,
             "killed": self.killed,
+            "stopped": self.stopped,
             "summary": self.summary(),
         }
 

@@ -158,10 +158,11 @@ def _stopping(config: dict[str, Any]) -> bool:
 def _watch_parent(cap: _Capture, config: dict[str, Any]) -> None:
     """End the script, its trace saved first, when capture says so or dies: a thread waits on
     the pipe whose write end only capture holds (``control_fd``). A line on it: capture's
-    grace after a stop ran out (the script ignores SIGTERM, or is stuck); its end (capture
-    died, SIGKILL or not): the kernel sent SIGTERM (:func:`_die_with_parent`), and if the
-    script is still here ``kill_grace_s`` later it is ended as for a line. A thread, so it
-    acts while the main thread runs the script or waits in native code."""
+    grace after a stop ran out (the script ignores SIGTERM, or is stuck), or, ``interrupt
+    T``, a SIGINT reached capture (:func:`_pass_on_interrupt`); its end (capture died,
+    SIGKILL or not): the kernel sent SIGTERM (:func:`_die_with_parent`), and if the script is
+    still here ``kill_grace_s`` later it is ended as for a line. A thread, so it acts while
+    the main thread runs the script or waits in native code."""
     fd = config.get("control_fd")
     if fd is None:
         return
@@ -169,20 +170,89 @@ def _watch_parent(cap: _Capture, config: dict[str, Any]) -> None:
         os.set_inheritable(fd, False)
     grace_s = float(config.get("kill_grace_s") or 0.0)
     save_s = float(config.get("save_grace_s") or 0.0)
+    heard = _hear_sigint()
 
     def watch() -> None:
-        try:
-            said = os.read(fd, 4096)
-        except OSError:
-            return  # the script closed it: PR_SET_PDEATHSIG alone then
-        if said:
-            why = said.decode("utf-8", "replace").strip()
-        else:
-            time.sleep(grace_s)
-            why = f"it went on {grace_s:g} s after its capture process died"
+        pending = b""
+        while True:
+            try:
+                said = os.read(fd, 4096)
+            except OSError:
+                return  # the script closed it: PR_SET_PDEATHSIG alone then
+            if not said:
+                time.sleep(grace_s)
+                why = f"it went on {grace_s:g} s after its capture process died"
+                break
+            *lines, pending = (pending + said).split(b"\n")
+            words = [line.decode("utf-8", "replace").strip() for line in lines]
+            why = next((w for w in words if w and not w.startswith(_INTERRUPT)), "")
+            if why:
+                break
+            for word in words:
+                if word.startswith(_INTERRUPT):
+                    _pass_on_interrupt(word, heard)
         _end_now(cap, f"was killed by traceinspect ({why})", save_s)
 
     threading.Thread(target=watch, name="traceinspect-watch-parent", daemon=True).start()
+
+
+# The control line that says a SIGINT reached capture (``_relay.INTERRUPT``), and how long
+# after it a SIGINT the same terminal sent the script too has surely come: a signal sent to a
+# process group is made pending in each of its processes at once, and handled as soon as
+# one of the script's threads runs (a loaded machine can delay that by tens of ms).
+_INTERRUPT = "interrupt"
+_SIGINT_SETTLE_S = 0.5
+# A SIGINT the script had up to this long before capture's counts as the same one.
+_SIGINT_BEFORE_S = 1.0
+
+
+def _hear_sigint() -> list[float]:
+    """When the script last received SIGINT (``time.monotonic()``; empty: never), whatever
+    handler it has: Python's C-level handler writes every signal it catches to the wakeup
+    fd, which a thread reads. A script that sets a wakeup fd of its own (asyncio's
+    ``add_signal_handler``) replaces ours: a SIGINT capture alone received is then passed on
+    even when the terminal sent it one too."""
+    heard: list[float] = []
+    if threading.current_thread() is not threading.main_thread():
+        return heard
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return heard
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 512)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGINT in data:
+                heard[:] = [time.monotonic()]
+
+    threading.Thread(target=read, name="traceinspect-signals", daemon=True).start()
+    return heard
+
+
+def _pass_on_interrupt(line: str, heard: list[float]) -> None:
+    """A SIGINT reached capture (at ``time.monotonic()`` in ``line``). From a terminal, it
+    reached the whole process group, the script too; sent to capture alone (``timeout``,
+    ``kill -INT``), it did not: then the script gets it from here, so it has it once."""
+    try:
+        sent_at = float(line.split()[1])
+    except (IndexError, ValueError):
+        sent_at = time.monotonic()
+    time.sleep(max(0.0, sent_at + _SIGINT_SETTLE_S - time.monotonic()))
+    if heard and heard[0] >= sent_at - _SIGINT_BEFORE_S:
+        return
+    # To the process: the kernel hands it to the main thread, waking it from a blocking wait.
+    with contextlib.suppress(OSError):
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _end_now(cap: _Capture, how: str, save_s: float) -> NoReturn:
