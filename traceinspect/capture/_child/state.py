@@ -290,8 +290,8 @@ class _State:
         return max(self.window_first, seen_last)
 
     def write_status(self, phase: str | None = None, force: bool = False) -> None:
-        """Where the capture is, for the parent's progress line: a small file (config
-        ``status_path``, absent unless the parent shows progress) rewritten at most every
+        """Where the capture is, for the parent's progress line and its watchdog: a small
+        file (config ``status_path``, always set by the parent) rewritten at most every
         ``_STATUS_EVERY_NS``, and at once when the window opens or closes."""
         path = self.config.get("status_path")
         now = time.monotonic_ns()
