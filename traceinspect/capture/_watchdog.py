@@ -104,7 +104,7 @@ class _Process:
         return "spawn_main" in self.cmdline or "forkserver" in self.cmdline
 
 
-def _stat(pid: int | str, task: int | str | None = None) -> list[bytes] | None:
+def _proc_stat(pid: int | str, task: int | str | None = None) -> list[bytes] | None:
     """The fields of /proc/PID/stat (or of one of its threads) after the name, from the
     state on (field 3 of proc(5) at index 0); None when gone."""
     path = _PROC / str(pid) / ("stat" if task is None else f"task/{task}/stat")
@@ -235,7 +235,7 @@ class Watchdog:
             self.source = source
 
     def _read_tree(self, now: float) -> None:
-        main = _stat(self.pid, self.pid)
+        main = _proc_stat(self.pid, self.pid)
         if main is None:
             return
         self.main_cpu.append((now, int(main[11]) + int(main[12])))
@@ -248,7 +248,7 @@ class Watchdog:
         queue = _children(self.pid)
         while queue:
             pid = queue.pop()
-            fields = _stat(pid)
+            fields = _proc_stat(pid)
             if fields is None:
                 continue
             key = (pid, int(fields[19]))
