@@ -26,7 +26,7 @@ from traceinspect.analysis.detectors import Stall, detect
 from traceinspect.analysis.explain import notes, summary
 from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.measure import Measured, measure
-from traceinspect.analysis.result import Analysis, StepSummary, Timeline
+from traceinspect.analysis.result import Analysis, StepSummary, Timeline, reasoning
 from traceinspect.analysis.rules import Decision, decide, idle_claims
 from traceinspect.analysis.window import median
 from traceinspect.analysis.workers import WorkerMeasurement
@@ -118,17 +118,4 @@ def _timeline(m: Measured) -> Timeline:
 
 def _log(m: Measured, decision: Decision) -> None:
     """The decision, for ``-v``: the shares, the rule that fired and the runner-up."""
-    log.info(
-        "verdict %s by rule %s (%s %.1f%%, %s; runner-up %s %.1f%%): idle time as a share of "
-        "step time: %s; sync idle time recurs in %.0f%% of the steps%s",
-        decision.verdict,
-        decision.rule,
-        decision.cause,
-        decision.share * 100,
-        decision.basis,
-        decision.runner_up,
-        decision.runner_up_share * 100,
-        ", ".join(f"{c} {m.fractions[c]:.1%}" for c in m.fractions),
-        decision.sync_steps * 100,
-        " (too few to name the verdict: an occasional read)" if decision.occasional_sync else "",
-    )
+    log.info("%s", reasoning(decision, m.fractions))

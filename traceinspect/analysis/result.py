@@ -306,3 +306,18 @@ def table_frame(table: Table) -> pd.DataFrame:
             for name, values in table.items()
         }
     )
+
+
+def reasoning(decision: Decision, fractions: dict[str, float]) -> str:
+    """The decision in one line, for ``-v``: the rule that fired, the deciding cause's share
+    and basis, the runner-up, and the idle time by cause it read. Logged by the analysis when
+    it decides and by the CLI for an answer kept in the cache."""
+    occasional = " (too few to name the verdict: an occasional read)"
+    return (
+        f"verdict {decision.verdict} by rule {decision.rule} ({decision.cause} "
+        f"{decision.share * 100:.1f}%, {decision.basis}; runner-up {decision.runner_up} "
+        f"{decision.runner_up_share * 100:.1f}%): idle time as a share of step time: "
+        + ", ".join(f"{c} {v:.1%}" for c, v in fractions.items())
+        + f"; sync idle time recurs in {decision.sync_steps * 100:.0f}% of the steps"
+        + (occasional if decision.occasional_sync else "")
+    )

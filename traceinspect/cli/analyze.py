@@ -216,27 +216,15 @@ def _say_kept_reasoning(located: Located) -> None:
 
 def _say_reasoning(analysis: Analysis) -> None:
     """For -v, the verdict's reasoning from a kept analysis, in the line the analysis logs
-    when it decides (``analysis/analyze.py``'s ``_log``; tests/test_verbose.py checks the
-    two agree): the record keeps the decision and the idle shares it read."""
+    when it decides (``analysis.result.reasoning``): the record keeps the decision and the
+    idle shares it read."""
+    from traceinspect.analysis.result import reasoning
+
     decision = analysis.decision
     if decision is None:
         log.info("the kept analysis records no decision: run with --no-cache to see the reasoning")
         return
-    fractions = analysis.cause_fractions
-    log.info(
-        "verdict %s by rule %s (%s %.1f%%, %s; runner-up %s %.1f%%): idle time as a share of "
-        "step time: %s; sync idle time recurs in %.0f%% of the steps%s",
-        decision.verdict,
-        decision.rule,
-        decision.cause,
-        decision.share * 100,
-        decision.basis,
-        decision.runner_up,
-        decision.runner_up_share * 100,
-        ", ".join(f"{c} {fractions[c]:.1%}" for c in fractions),
-        decision.sync_steps * 100,
-        " (too few to name the verdict: an occasional read)" if decision.occasional_sync else "",
-    )
+    log.info("%s", reasoning(decision, analysis.cause_fractions))
 
 
 def _write_reports(
