@@ -258,7 +258,9 @@ def test_fewer_workers_only_where_they_keep_up_with_the_measured_step() -> None:
     assert rec.value == 4
 
 
-def _in_process(stage_batch_ms: float | None, read_floor_ms: float | None) -> Recommendation:
+def _in_process(
+    stage_batch_ms: float | None, read_floor_ms: float | None, stall_ms: float | None = None
+) -> Recommendation:
     """No workers, 8.9 ms of device work, a 26.5 ms step whose loop waits 17.7 ms for each
     batch (the family's slow records on one read thread, under a per-step read), 8 cores."""
     inputs = worker_inputs(
@@ -269,7 +271,7 @@ def _in_process(stage_batch_ms: float | None, read_floor_ms: float | None) -> Re
         sidecar=parse({"grain": {"worker_count": 0}, "host": {"cpu_count": 8}}),
         stage_batch_ms=stage_batch_ms,
     )
-    return recommend_workers(inputs, read_floor_ms=read_floor_ms)
+    return recommend_workers(inputs, read_floor_ms=read_floor_ms, stall_ms=stall_ms)
 
 
 def test_batches_made_on_read_threads_cost_their_stages_not_the_wait() -> None:
@@ -388,15 +390,6 @@ def test_a_recurring_stall_stays_in_the_worker_counts_expected_step() -> None:
     """The slow pipeline on one read thread with a checkpoint every 40 steps: the count is
     sized on the step without the stall, and the stall's 6 ms a step is added back (the
     family's "3 workers: expected 12.61 ms" was measured at 19.1)."""
-    inputs = worker_inputs(
-        "input-bound",
-        step_ms=26.5,
-        device_busy_ms=8.9,
-        input_wait_ms=17.7,
-        sidecar=parse({"grain": {"worker_count": 0}, "host": {"cpu_count": 8}}),
-        stage_batch_ms=24.0,
-    )
-    plain = recommend_workers(inputs)
-    stalled = recommend_workers(inputs, stall_ms=6.0)
+    plain, stalled = _in_process(24.0, None), _in_process(24.0, None, stall_ms=6.0)
     assert plain.value == stalled.value == 4
     assert plain.expected_step_ms == 8.9 and stalled.expected_step_ms == 14.9
