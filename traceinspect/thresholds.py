@@ -67,7 +67,7 @@ REGISTRY: Final[dict[str, float]] = {
 #: window (capture's ``machine_load``: the machine's busy CPU time less the script's and its
 #: workers') size the worker count for the cores they left the script (the machine's less
 #: theirs, to the nearest core) and get a note: below it the count is sized as on a quiet
-#: machine. The bound isolate reruns a busy phase at (``isolate/timing.py``'s BUSY_OTHERS):
+#: machine. isolate reruns a busy phase from the same bound (``isolate/timing.py``'s BUSY_OTHERS):
 #: on this project's shared 2-core machine quiet windows measured 0.01-0.14 cores of others'
 #: work, windows beside one busy loop 0.95-1.02 (capture's half-second windows of
 #: tests/capture/test_machine_load.py: 0.00-0.04 quiet, 1.05-1.12 beside one).

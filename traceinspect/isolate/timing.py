@@ -16,6 +16,7 @@ from typing import Any
 from traceinspect import sidecar as SC
 from traceinspect.capture import PhaseRun
 from traceinspect.errors import IsolateError
+from traceinspect.thresholds import OTHERS_LOAD
 
 # Fewer timed steps than this make no figure.
 MIN_TIMED = 3
@@ -24,8 +25,9 @@ MIN_TIMED = 3
 # the script competed with them for the cores (on XLA's CPU backend its "device" too). On
 # this project's shared 2-core machine, quiet windows measured 0.01-0.14 cores of others'
 # work (the kernel, idle tools), busy ones 0.95-1.02, which slowed the same step 1.7-1.9x
-# (the phases of sample_traces/scenarios/family/isolate_tolerance.json).
-BUSY_OTHERS = 0.15
+# (the phases of sample_traces/scenarios/family/isolate_tolerance.json). The same bound as
+# capture's: the registry's OTHERS_LOAD.
+BUSY_OTHERS = OTHERS_LOAD
 
 
 @dataclasses.dataclass(frozen=True)
