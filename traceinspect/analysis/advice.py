@@ -20,7 +20,7 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
-from traceinspect.thresholds import GIL_HELD, MATTERS
+from traceinspect.thresholds import MATTERS
 
 
 def recommendations(
@@ -210,9 +210,6 @@ def _idle_advice(
 
 def _threads_hold_the_gil(m: Measured) -> bool:
     """Whether the pipeline runs on the training process's read threads and they hold the
-    GIL together (``GIL_HELD`` cores or more)."""
+    GIL together."""
     stages = m.stages
-    if stages is None or stages.workers:
-        return False
-    cores = stages.threads_cores
-    return cores is not None and cores >= GIL_HELD
+    return stages is not None and not stages.workers and stages.threads_hold_gil

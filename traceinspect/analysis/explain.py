@@ -53,11 +53,7 @@ def _pipeline_cpu(m: Measured, pace: PipelinePace) -> str:
     stages = pace.stages
     share, cores = stages.threads_cpu_share or 0.0, stages.threads_cores
     on_cpu = f"on a CPU {share:.0%} of its time"
-    if (
-        cores is not None
-        and share < WAITING_SHARE
-        and (stages.threads_compute_share or 0.0) > share
-    ):
+    if cores is not None and share < WAITING_SHARE and stages.threads_hold_gil:
         # Many threads, each on a CPU a small share of its time, taking turns with the GIL.
         on_cpu = f"its threads keeping {cores:.1f} core(s) busy as they take turns with the GIL"
     return (

@@ -110,10 +110,16 @@ class InputStages:
         where together they hold the GIL (``GIL_HELD`` cores or more): many threads each on
         a CPU a small share of their time, taking turns with the GIL, are not waiting on
         reads, and the same work in a worker process of its own would keep a core busy."""
-        share, cores = self.threads_cpu_share, self.threads_cores
+        share = self.threads_cpu_share
         if share is None:
             return None
-        return 1.0 if cores is not None and cores >= GIL_HELD else share
+        return 1.0 if self.threads_hold_gil else share
+
+    @property
+    def threads_hold_gil(self) -> bool:
+        """Whether the read threads kept ``GIL_HELD`` cores or more busy together."""
+        cores = self.threads_cores
+        return cores is not None and cores >= GIL_HELD
 
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
