@@ -27,19 +27,18 @@ def recommendations(
     verdict: str,
     fractions: dict[str, float],
     sync_sites: tuple[str, ...],
-    input_ns: float,
-    busy_ns: float,
+    floors: Floors,
     occasional_sync: bool = False,
-    stall_ns: float | None = None,
 ) -> tuple[Recommendation, ...]:
-    """The advice of each idle cause that matters, in the claim order. ``stall_ns``: a
-    recurring stall's time per step, which stays in the step expected without the read."""
+    """The advice of each idle cause that matters, in the claim order. ``floors``: the
+    counterfactual's (:func:`~traceinspect.analysis.advice_causes.floors_of`), whose stall
+    stays in the step expected without the read."""
+    input_ns, busy_ns, stall_ns = floors["input"] or 0.0, floors["device"] or 0.0, floors["stall"]
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
         # Without the read the host prepares the next step while the device runs this one:
         # the step is then the device's work, or the input's when that is longer.
-        floors = {"device": busy_ns, "input": input_ns, "stall": stall_ns}
         expected = expected_without("sync", 0.0, floors) / 1e6
         limit = "the device's work" if busy_ns >= input_ns else "the input"
         if stall_ns:
@@ -159,15 +158,7 @@ def _idle_advice(
     matters, or where idle workers are to be let go: "keep 2 workers, expected step time
     2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
     verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
-    advice = recommendations(
-        verdict,
-        m.fractions,
-        m.sync_sites,
-        m.input_ns,
-        m.device_ns,
-        decision.occasional_sync,
-        stall_ns=floors["stall"],
-    )
+    advice = recommendations(verdict, m.fractions, m.sync_sites, floors, decision.occasional_sync)
     input_matters = verdict in ("input-bound", "sync-bound") or m.fractions["input"] >= MATTERS
     # The pipeline's stages in the training process (no workers): their CPU measurements.
     in_process = stages if stages is not None and not stages.workers else None
