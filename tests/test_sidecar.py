@@ -70,7 +70,9 @@ NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     # Written by isolate's phases only: tests/capture/test_isolate_runs.py.
     SC.StepJSON: {"cpu_ms"},
     # The machine's load over the window: tests/capture/test_machine_load.py.
-    SC.SidecarJSON: {"machine_load"},
+    SC.SidecarJSON: {"machine_load", "run_events"},
+    # The run's garbage collections and new iterators: tests/capture/test_stall_kinds.py.
+    SC.RunEventsJSON: set(),
 }
 
 

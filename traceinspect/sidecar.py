@@ -72,6 +72,10 @@ Fields (times in Unix ns):
   ``others_cpu_cores`` (the cores other processes kept busy on average: the machine's busy
   CPU time in ``/proc/stat`` less the script's process and its descendants', Grain's
   workers included, from ``/proc/<pid>/stat``), ``script_cpu_cores`` (that tree's own)
+- ``run_events`` (absent in older sidecars and in isolate's phases): over the whole run,
+  Python's garbage collections of at least ``gc_min_ms`` (``gc_start_unix_ns``, ``gc_ms``,
+  ``gc_generation``, one entry each) and when the loop drew its first batch from each new
+  Grain iterator (``iterator_start_unix_ns``): what names a recurring stall
 - ``versions``: ``jax``, ``jaxlib``, ``grain`` (null when not installed)
 - ``maxtext``: whether the script imported MaxText (absent in older sidecars:
   :attr:`Sidecar.ran_maxtext` then reads the command)
@@ -227,6 +231,16 @@ class MachineLoadJSON(TypedDict):
     script_cpu_cores: float
 
 
+class RunEventsJSON(TypedDict):
+    """Long garbage collections and new iterators over the whole run (Unix clock)."""
+
+    gc_min_ms: float
+    gc_start_unix_ns: list[int]
+    gc_ms: list[float]
+    gc_generation: list[int]
+    iterator_start_unix_ns: list[int]
+
+
 class WorkerJSON(TypedDict):
     index: int | None
     pid: int | None
@@ -326,6 +340,7 @@ class ChildReportJSON(TypedDict, total=False):
     profiler: ProfilerJSON
     host: HostJSON
     machine_load: MachineLoadJSON | None
+    run_events: RunEventsJSON
     versions: dict[str, str | None]
     maxtext: bool
     backend: dict[str, Any] | None
@@ -548,6 +563,16 @@ class MachineLoad:
 
 
 @dataclass(frozen=True)
+class RunEvents:
+    """Long garbage collections and new iterators over the whole run
+    (:class:`RunEventsJSON`), read: collections as (start, duration) on the Unix clock (ns)."""
+
+    gc_start_unix_ns: tuple[int, ...] = ()
+    gc_ns: tuple[int, ...] = ()
+    iterator_start_unix_ns: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class StackSamples:
     """The training thread's sampled stack (:class:`StackSamplesJSON`), read."""
 
@@ -590,6 +615,8 @@ class Sidecar:
     stack_samples: StackSamples | None = None
     #: How busy the machine was over the traced window (None: not recorded).
     machine_load: MachineLoad | None = None
+    #: Long garbage collections and new iterators over the run (None: not recorded).
+    run_events: RunEvents | None = None
     #: Fields left out because their value was unusable (NaN, Infinity, negative, wrong type).
     ignored: tuple[str, ...] = ()
 
@@ -750,6 +777,7 @@ def _parse(data: Mapping[str, Any]) -> Sidecar | None:
         ),
         stack_samples=_read_stack_samples(raw.get("stack_samples")),
         machine_load=_read_machine_load(raw.get("machine_load")),
+        run_events=_read_run_events(raw.get("run_events")),
     )
 
 
@@ -1030,6 +1058,26 @@ def _read_machine_load(value: object) -> MachineLoad | None:
         cpu_count=_get_int(m, "cpu_count"),
         others_cpu_cores=others,
         script_cpu_cores=_get_float(m, "script_cpu_cores"),
+    )
+
+
+def _read_run_events(value: object) -> RunEvents | None:
+    """The events, or None when absent; entries that are not numbers (or collections whose
+    lists differ in length) are left out."""
+    if not isinstance(value, Mapping):
+        return None
+    starts, took = _read_list(value.get("gc_start_unix_ns")), _read_list(value.get("gc_ms"))
+    gc: list[tuple[int, int]] = []
+    if len(starts) == len(took):
+        for a, b in zip(starts, took, strict=True):
+            start, ms = _read_int(a), _read_float(b)
+            if start is not None and ms is not None:
+                gc.append((start, round(ms * 1e6)))
+    iterators = [t for t in map(_read_int, _read_list(value.get("iterator_start_unix_ns"))) if t]
+    return RunEvents(
+        gc_start_unix_ns=tuple(a for a, _ in gc),
+        gc_ns=tuple(b for _, b in gc),
+        iterator_start_unix_ns=tuple(iterators),
     )
 
 

@@ -140,6 +140,7 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
             if cap.timing == TIMING_LOADER:
                 _drain(self, orig, cls_name)
             cap.batches_drawn += 1
+            cap.run_events.batch_from(self)
             cap.on_step(SOURCE_GRAIN, cls_name, f"batches from grain {cls_name}")
             if cap.has_first_batch:
                 return cap.first_batch  # the target phase: no input cost

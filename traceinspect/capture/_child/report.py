@@ -117,6 +117,7 @@ def build_report(cap: _State) -> ChildReportJSON:
     if cap.timing is None:
         # A phase of isolate says the same in its ``phase`` (isolate weighs it itself).
         report["machine_load"] = machine_load(cap.at_open, cap.at_close)
+        report["run_events"] = cap.run_events.report()
     if cap.timing is not None:
         cast("PhaseReportJSON", report)["phase"] = {
             "timing": cap.timing,

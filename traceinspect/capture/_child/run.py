@@ -68,6 +68,8 @@ def _run(config: dict[str, Any]) -> None:
     _finish_before_os_exit(cap, config)
     if cap.forced in ("auto", SOURCE_TIME) and cap.timing is None:
         cap.start_time_window()
+    if cap.timing is None:
+        cap.run_events.install()
     interval_ms = float(config.get("sample_interval_ms") or 0.0)
     if interval_ms > 0 and cap.timing is None:
         ident = threading.main_thread().ident

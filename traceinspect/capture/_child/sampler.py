@@ -188,7 +188,11 @@ def _site(frame: Any) -> str:
         return ""
     code = stack[0].f_code
     library = None
-    if _is_library(code.co_filename):
+    if code.co_name == "_on_gc" and code.co_filename.endswith(f"{os.sep}run_events.py"):
+        # capture's own garbage-collection callback (run_events.py): the thread was in a
+        # collection, which no Python frame of its own shows.
+        library = "gc collect"
+    elif _is_library(code.co_filename):
         library = f"{_file_name(code.co_filename).removesuffix('.py')} {code.co_name}"
     for test in (_is_library, _is_below_the_loop):
         for f in stack:

@@ -19,6 +19,7 @@ from .completion import Completions
 from .facts import _memory_facts
 from .measured import _Snapshot, take_snapshot, workers_measured
 from .report import build_report
+from .run_events import RunEvents
 from .steady import _Steady
 
 if TYPE_CHECKING:  # the sidecar's format (checked, never imported: the child runs by path)
@@ -253,6 +254,8 @@ class _State:
         self.in_host_read = False
         #: The training thread's stack sampler (sampler.py), while the trace is on.
         self.sampler: StackSampler | None = None
+        #: Long garbage collections and new Grain iterators over the run (run_events.py).
+        self.run_events = RunEvents()
 
     def active(self) -> bool:
         """Hooks do nothing in forked children and outside the main thread."""
