@@ -125,11 +125,24 @@ CORE_WAIT_NOTE: Final = 0.005
 #: first ones, which compile) are timed from the completion stamps of a step and the one
 #: before it: half (chosen, not measured).
 STAMPED_SHARE: Final = 0.5
-#: A recurring stall during which other programs ran is an evaluation when the device idled
-#: less than this share of the stalled steps' time, busy with them the rest (chosen, not
-#: measured).
+#: An evaluation stall in which the device idled less than this share of the stalled steps'
+#: time (busy with the evaluation's programs the rest) is device-bound; one that idled more
+#: (each batch's metric read and scored on the host) host-bound (chosen, not measured).
 EVALUATION_IDLE: Final = 0.5
 
+# --- what a recurring stall is (analysis/stall_kinds.py) ---
+#: A recurring stall is garbage collection when, in at least ``PERIOD_AGREEMENT`` of its
+#: occurrences, Python's collections (capture's ``run_events``) took this share of what the
+#: occurrence cost: most of it, a half (chosen, not measured; the family's gc.collect()
+#: over a million objects every 12 steps: ~0.2 s, all of the stall).
+GC_STALL_SHARE: Final = 0.5
+#: A recurring stall is remote logging when at least this share of the stack sampler's looks
+#: inside its occurrences were in a network library (socket, ssl, http, urllib, requests,
+#: grpc): most of them, a half (chosen, not measured).
+NETWORK_LOOKS: Final = 0.5
+
+REGISTRY["GC_STALL_SHARE"] = GC_STALL_SHARE
+REGISTRY["NETWORK_LOOKS"] = NETWORK_LOOKS
 REGISTRY["LOOP_CODE_MOST"] = LOOP_CODE_MOST
 REGISTRY["GAP_LINE_SHARE"] = GAP_LINE_SHARE
 REGISTRY["GAP_LINE_FIRST"] = GAP_LINE_FIRST

@@ -136,6 +136,25 @@ def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
         "evaluation": (
             f"Evaluate less often or on fewer batches ({cost}: device time spent outside "
             "training steps)"
+            if nature.device_busy
+            else f"Score the evaluation on the device and read one value per evaluation ({cost} "
+            "now, each batch's result read and scored on the host while the device waits), "
+            "evaluate less often, or score in a thread of yours on values already read"
+        ),
+        "epoch": (
+            f"Make one iterator for the whole run ({cost} now: each new iterator starts "
+            "Grain's worker processes and fills its buffers again): iterate a repeated "
+            "dataset (.repeat() before .to_iter_dataset() or mp_prefetch) and count epochs "
+            "by steps"
+        ),
+        "gc": (
+            f"Collect garbage less often ({cost} now): drop or space out the loop's "
+            "gc.collect(), call gc.freeze() once the long-lived objects are built so that "
+            "collections skip them, or raise the collector's thresholds (gc.set_threshold)"
+        ),
+        "logging": (
+            f"Send the logs from a background thread ({cost} now): a queue a thread of yours "
+            "drains, or the logging client's asynchronous mode; or log less often"
         ),
         "input": (
             f"Prefetch deeper so the recurring wait for input ({cost}) is hidden: more "

@@ -20,11 +20,12 @@ from traceinspect.analysis.input_stages import PIPELINE_STAGES, InputStages
 from traceinspect.analysis.loop_cpu import LoopCpu, loop_cpu
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.rules import Claim
-from traceinspect.analysis.stalls import RecurringStall, StallNature, recurring_stall, stall_nature
+from traceinspect.analysis.stall_kinds import StallNature, stall_nature
+from traceinspect.analysis.stalls import RecurringStall, recurring_stall
 from traceinspect.analysis.workers import WAITING_SHARE
 from traceinspect.thresholds import KNEE_TOLERANCE, MATTERS
 
-# The verdict a recurring stall gives the run, by what it is (evaluation is device work).
+# The verdict a recurring stall gives the run, by what it is.
 STALL_VERDICT: Final = {
     "checkpoint": "host-bound",
     "host": "host-bound",
@@ -32,7 +33,10 @@ STALL_VERDICT: Final = {
     "unseen": "host-bound",
     "input": "input-bound",
     "compile": "compile-bound",
-    "evaluation": "device-bound",
+    "evaluation": "host-bound",  # device-bound where its programs kept the device busy
+    "epoch": "input-bound",
+    "gc": "host-bound",
+    "logging": "host-bound",
 }
 
 
@@ -64,7 +68,8 @@ class PipelinePace:
 
 def stall(m: Measured) -> Found | None:
     """The stall recurring over the whole run (capture's sidecar), when it costs a share of
-    the run's step time that matters, and what its occurrences in the window show."""
+    the run's step time that matters, and what it is. A wait for input that the pipeline's
+    own pace explains (:func:`_pipeline_pace`) is the input's, not a stall."""
     sidecar = m.trace.sidecar
     if sidecar is None:
         return None
@@ -72,11 +77,36 @@ def stall(m: Measured) -> Found | None:
     if found is None or found.share < MATTERS:
         return None
     base = m.trace.metadata.get("profile_start_time")
+    workers = sidecar.grain.worker_count if sidecar.grain is not None else None
     nature = stall_nature(
-        found, sidecar.steps, base if isinstance(base, int) else None, m.steps, m.gaps, m.host
+        found,
+        sidecar.steps,
+        base if isinstance(base, int) else None,
+        m.steps,
+        m.gaps,
+        m.host,
+        sidecar.run_events,
+        workers,
     )
-    claim = Claim("stall", found.share, "measured", STALL_VERDICT[nature.kind])
+    if nature.kind == "input" and _pipeline_pace(m, found, workers):
+        return None
+    verdict = "device-bound" if nature.kind == "evaluation" and nature.device_busy else None
+    claim = Claim("stall", found.share, "measured", verdict or STALL_VERDICT[nature.kind])
     return Found(claim, Stall(found, nature))
+
+
+def _pipeline_pace(m: Measured, found: RecurringStall, workers: int | None) -> bool:
+    """Whether a recurring wait for input is the pipeline's pace: its batches come no faster
+    than the run's step without the stall (its stage timers: the time a batch takes over
+    the workers that make it), or, untimed, the wait recurs every few steps, once per worker
+    (or every other step at none or one: the batches come in turns from the workers or the
+    prefetch buffers). A slow file or shard switch recurs far apart, the pipeline keeping up
+    between."""
+    batch_ms = stage_batch_ms(m.stages)
+    if batch_ms is not None:
+        per_batch_ns = batch_ms * 1e6 / max(1, workers or 0)
+        return per_batch_ns * KNEE_TOLERANCE >= found.expected_ns
+    return found.period <= max(2, workers or 0)
 
 
 def callback(m: Measured) -> Found | None:

@@ -11,7 +11,12 @@ The series: the time between consecutive completions of the steps' device work (
 throughput, a smooth series when the host runs ahead). The host's step times do not serve: a
 loop that runs ahead of the device and reads every 10th step waits there for the whole queue
 (47 ms in ``family/read_every10_w0``, 32 steps queued) and then bursts through the next
-steps, a "stall" that costs nothing. A step is a stall when it takes more than
+steps, a "stall" that costs nothing. Where the completions come in bunches, though (most
+of them a tiny fraction of the host's typical step apart), the stamps are no throughput:
+the thread that stamps them needs the GIL, and a loop that holds it for long (a
+``gc.collect()`` over a large heap: 200-300 ms every 12 steps, dozens of steps stamped
+within microseconds after each) stamps them late. The host's step times serve there: its
+GIL-holding stall is the run's. A step is a stall when it takes more than
 :data:`STALL_FACTOR` times the median step and at least :data:`STALL_MIN_NS` more; stalls
 recur on a lattice of steps (every p-th step from some step) when at least
 :data:`MIN_OCCURRENCES` of them lie on it, they are at least :data:`PERIOD_AGREEMENT` of
@@ -34,16 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceinspect import names as N
-from traceinspect import schema as S
-from traceinspect.analysis.arrays import most_common
-from traceinspect.analysis.result import Table
-from traceinspect.analysis.steps import Steps
-from traceinspect.analysis.training_thread import HostActivity, read_site_label
-from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep
-from traceinspect.thresholds import EVALUATION_IDLE, STALL_READ_EARLY_NS, STAMPED_SHARE
-from traceinspect.vocabulary import CAUSES, PRECEDENCE
+from traceinspect.thresholds import STAMPED_SHARE
 
 #: A step is a stall when it takes this many times the median step...
 STALL_FACTOR = 3.0
@@ -109,28 +106,43 @@ class RecurringStall:
         }
 
 
-def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(step index, ns) per step after the first :data:`SKIP_FIRST`: the time from the
-    completion of the step before to this step's; empty when fewer than half the steps
-    have a completion stamp."""
+def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(step index, ns, whether the host's) per step after the first :data:`SKIP_FIRST`:
+    the time from the completion of the step before to this step's, or the host's step time
+    where the completions come in bunches (:func:`_bunched`); empty when fewer than half
+    the steps have a completion stamp."""
     kept = [s for s in steps if s.index >= SKIP_FIRST]
     done = {s.index: s.done_unix_ns for s in kept if s.done_unix_ns}
     pairs = [(i, done[i] - done[i - 1]) for i in sorted(done) if i - 1 in done]
     if not pairs or len(pairs) < int(len(kept) * STAMPED_SHARE):
-        return np.empty(0, np.int64), np.empty(0, np.float64)
-    index, value = zip(*pairs, strict=True)
-    return np.array(index, np.int64), np.array(value, np.float64)
+        return np.empty(0, np.int64), np.empty(0, np.float64), False
+    host = [(s.index, s.wall_ms * 1e6) for s in kept if s.wall_ms is not None]
+    from_host = bool(host) and _bunched([v for _, v in pairs], [v for _, v in host])
+    index, value = zip(*(host if from_host else pairs), strict=True)
+    return np.array(index, np.int64), np.array(value, np.float64), from_host
+
+
+
+def _bunched(completions: list[float], host: list[float]) -> bool:
+    """Whether most completions came within a :data:`STALL_FACTOR`-th of the host's typical
+    step of the one before (stamped late, together): a device that finished its steps that
+    fast would leave the host the slower one, its steps no shorter than the device's."""
+    return float(np.median(completions)) * STALL_FACTOR < float(np.median(host))
 
 
 def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     """The stall that recurs every N steps over the run, or None when there is none."""
-    index, value = step_series(steps)
+    index, value, from_host = step_series(steps)
     if len(value) < MIN_SERIES:
         return None
     median = float(np.median(value))
     if median <= 0:
         return None
-    stall = (value > STALL_FACTOR * median) & (value - median >= STALL_MIN_NS)
+    # The typical step a stall stands above: the median, or the host's mean where the series
+    # is the host's (a loop that runs ahead takes most steps in its dispatch time, and waits
+    # for the queue in some: above its median, not a stall).
+    typical = float(np.mean(value)) if from_host else median
+    stall = (value > STALL_FACTOR * typical) & (value - median >= STALL_MIN_NS)
     at = index[stall]
     if len(at) < MIN_OCCURRENCES:
         return None
@@ -171,166 +183,3 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
         median_ns=median,
         per_step_ns=per_step,
     )
-
-
-@dataclass(frozen=True)
-class StallNature:
-    """What an occurrence of the stall inside the analysed window shows."""
-
-    #: ``checkpoint`` (a read of device values, then the loop's own work), ``host`` (the
-    #: loop's own work), ``evaluation`` (other jitted programs run and read), ``input``,
-    #: ``compile``, ``sync`` (a read alone), or ``unseen`` (no occurrence in the window).
-    kind: str
-    #: Occurrences inside the analysed steps.
-    in_window: int = 0
-    read_site: str | None = None
-    #: The loop's own code there: where it sits, and the sampled sites (most looks first).
-    where: str | None = None
-    sites: tuple[tuple[str, int], ...] = ()
-    #: Other jitted functions the loop called in the stall step: (name, calls).
-    programs: tuple[tuple[str, int], ...] = ()
-
-    def what(self) -> str:
-        """The stall in a few words, for the summary and the advice."""
-        site = f" at {self.sites[0][0]}" if self.sites else ""
-        if self.kind == "checkpoint":
-            read = f"{self.read_site}, then" if self.read_site else "a read of device values, then"
-            return f"a synchronous checkpoint: {read} the loop's own work{site}"
-        if self.kind == "host":
-            return f"the loop's own work{site}"
-        if self.kind == "evaluation":
-            calls = ", ".join(f"{n} call(s) of {name}" for name, n in self.programs[:2])
-            return f"evaluation: {calls}"
-        if self.kind == "input":
-            return "waiting for input (a file or shard switch, a slow record?)"
-        if self.kind == "compile":
-            return "recompilation"
-        if self.kind == "sync":
-            return f"a read of device values ({self.read_site or 'unknown site'})"
-        return "not in the traced window: capture a window that holds one to see what it is"
-
-
-def stall_nature(
-    stall: RecurringStall,
-    sidecar_steps: tuple[HostStep, ...],
-    base_ns: int | None,
-    steps: Steps,
-    gaps: Table,
-    host: HostActivity,
-) -> StallNature:
-    """What the occurrences inside the analysed steps show (``base_ns``: the trace's start
-    on the Unix clock, to place capture's steps on the trace's time)."""
-    chosen = _window_steps(stall, sidecar_steps, base_ns, steps, gaps)
-    if not chosen:
-        return StallNature("unseen")
-    by_cause: dict[str, int] = dict.fromkeys(CAUSES, 0)
-    read_site: str | None = None
-    for k in chosen:
-        mine = gaps[S.STEP_INDEX] == k
-        for c in CAUSES:
-            by_cause[c] += int(gaps[c][mine].sum())
-        sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
-        read_site = read_site or (sites[0] if sites else None) or _read_before(gaps, mine, host)
-    spans = Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
-    where: str | None = None
-    sampled: tuple[tuple[str, int], ...] = ()
-    if host.loop_code is not None:
-        described = [
-            host.loop_code.described(int(a), int(b))
-            for a, b in zip(spans.starts, spans.ends, strict=True)
-        ]
-        found = [d for d in described if d is not None]
-        if found:
-            where = max(found, key=lambda d: d[0])[1]
-            counts: dict[str, int] = {}
-            for _, _, sites_here in found:
-                for site, n in sites_here:
-                    counts[site] = counts.get(site, 0) + n
-            sampled = tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
-    programs = _other_programs(host, steps, chosen)
-    idle = sum(by_cause.values())
-    top = max(PRECEDENCE, key=lambda c: by_cause[c])
-    wall = int(steps.wall_ns[chosen].sum())
-    if programs and idle < int(wall * EVALUATION_IDLE):
-        kind = "evaluation"  # the device was busy: other programs ran in the stall
-    elif top == "host" and read_site is not None:
-        kind = "checkpoint"
-    elif top == "host":
-        kind = "host"
-    else:
-        kind = top
-    return StallNature(kind, len(chosen), read_site, where, sampled, programs)
-
-
-def _read_before(gaps: Table, mine: np.ndarray, host: HostActivity) -> str | None:
-    """The read that held the host until the step's longest idle period began (it may wake
-    later than the sync rule's 2 ms on a loaded machine: up to 5% of that period), as
-    the analysis names reads; None without one."""
-    rows = np.flatnonzero(mine)
-    if len(rows) == 0:
-        return None
-    longest = rows[int(np.argmax(gaps[S.DURATION_NS][rows]))]
-    p0 = int(gaps[S.PERIOD_START_NS][longest])
-    late = max(2_000_000, int(gaps[S.DURATION_NS][longest]) // 20)
-    reads = host.sync_events
-    hit = np.flatnonzero(
-        (reads.starts < p0) & (reads.ends >= p0 - STALL_READ_EARLY_NS) & (reads.ends <= p0 + late)
-    )
-    if len(hit) == 0:
-        return None
-    first = int(hit[0])
-    site = host.frames.innermost_at(int(reads.starts[first])) if host.frames else None
-    return read_site_label(reads.names[first], site or reads.site(first))
-
-
-def _window_steps(
-    stall: RecurringStall,
-    sidecar_steps: tuple[HostStep, ...],
-    base_ns: int | None,
-    steps: Steps,
-    gaps: Table,
-) -> list[int]:
-    """Analysed steps holding an occurrence: of the host steps around each stall (the step
-    before its completion came late, and that one), the one whose device idled most."""
-    if base_ns is None or len(steps) == 0:
-        return []
-    start_of = {s.index: s.start_unix_ns for s in sidecar_steps if s.start_unix_ns}
-    idle = np.zeros(len(steps), dtype=np.int64)
-    np.add.at(idle, gaps[S.STEP_INDEX], gaps[S.DURATION_NS])
-    chosen: list[int] = []
-    for index in stall.indices:
-        near = [start_of[i] - base_ns for i in (index - 1, index + 2) if i in start_of]
-        if len(near) < 2:
-            continue
-        # The analysed steps overlapping those capture steps; the one whose device idled most.
-        ks = np.flatnonzero((steps.starts < near[1]) & (steps.ends > near[0]))
-        if len(ks):
-            best = int(ks[np.argmax(idle[ks])])
-            if idle[best] > 0:
-                chosen.append(best)
-    return sorted(set(chosen))
-
-
-def _other_programs(
-    host: HostActivity, steps: Steps, chosen: list[int]
-) -> tuple[tuple[str, int], ...]:
-    """Jitted functions called in the chosen steps other than the one the loop calls most
-    (over all analysed steps): (name, calls), most calls first."""
-    thread = host.events
-    if thread is None:
-        return ()
-    positions = thread.named(N.PJIT)
-    if len(positions) == 0:
-        return ()
-    line = thread.line
-    codes = line.codes[positions]
-    main = most_common(codes)
-    starts = line.starts[positions]
-    counts: dict[str, int] = {}
-    for k in chosen:
-        inside = (starts >= steps.starts[k]) & (starts < steps.ends[k]) & (codes != main)
-        for code in codes[inside].tolist():
-            m = N.PJIT.match(str(line.names[code]))
-            name = m.group("fn") if m else str(line.names[code])
-            counts[name] = counts.get(name, 0) + 1
-    return tuple(sorted(counts.items(), key=lambda kv: -kv[1]))

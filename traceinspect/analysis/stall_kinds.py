@@ -1,0 +1,324 @@
+"""What a recurring stall is, from what happened during its occurrences.
+
+Over the whole run (capture's ``run_events``, so a stall outside the traced window is named
+too): Python's garbage collections long enough to matter, and the first batch of each new
+Grain iterator (a loop that starts a new iterator every epoch starts Grain's worker processes
+again each time). Inside the window: where the stack sampler found the training thread (a
+network library: remote logging) and which other jitted programs ran (an evaluation).
+
+An occurrence is matched to the run's events by time: from half a period before the step
+whose completion came late (the host may run that far ahead of the device, and does its
+work between steps there) to that completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from traceinspect import names as N
+from traceinspect import schema as S
+from traceinspect.analysis.arrays import most_common
+from traceinspect.analysis.result import Table
+from traceinspect.analysis.stalls import PERIOD_AGREEMENT, RecurringStall
+from traceinspect.analysis.steps import Steps
+from traceinspect.analysis.training_thread import HostActivity, read_site_label
+from traceinspect.intervals import Intervals
+from traceinspect.sidecar import HostStep, RunEvents
+from traceinspect.thresholds import (
+    EVALUATION_IDLE,
+    GC_STALL_SHARE,
+    NETWORK_LOOKS,
+    STALL_READ_EARLY_NS,
+)
+from traceinspect.vocabulary import CAUSES, PRECEDENCE
+
+#: A recurring stall in which other jitted programs than the loop's step ran at least this
+#: many times an occurrence is an evaluation (a checkpoint may call one to gather its
+#: arrays; an evaluation runs one a batch): two (chosen, not measured).
+EVALUATION_CALLS = 2
+
+#: The modules (file names) of network libraries whose functions the sampler names beside
+#: the user's line (``train.py:88 log (in socket readinto)``): the standard library's
+#: socket, ssl, selectors, http.client and urllib.request, urllib3's, requests' and grpc's.
+NETWORK_MODULES = frozenset(
+    {
+        "socket",
+        "ssl",
+        "selectors",
+        "client",
+        "request",
+        "connection",
+        "connectionpool",
+        "response",
+        "sessions",
+        "adapters",
+        "_channel",
+    }
+)
+
+
+def occurrence_spans(stall: RecurringStall, steps: Sequence[HostStep]) -> list[tuple[int, int]]:
+    """Each occurrence's time on the Unix clock (ns): from the start of the step half a
+    period before the late one to the late step's completion; occurrences whose steps have
+    no stamps are left out."""
+    start = {s.index: s.start_unix_ns for s in steps if s.start_unix_ns}
+    done = {s.index: s.done_unix_ns for s in steps if s.done_unix_ns}
+    back = max(1, stall.period // 2)
+    spans = []
+    for i in stall.indices:
+        lo = next((start[k] for k in range(i - back, i + 1) if k in start), None)
+        if lo is not None and i in done and done[i] > lo:
+            spans.append((lo, done[i]))
+    return spans
+
+
+def _share_with(spans: list[tuple[int, int]], hit: Sequence[bool]) -> bool:
+    """Whether the occurrences that show it are at least PERIOD_AGREEMENT of them."""
+    return bool(spans) and sum(hit) >= PERIOD_AGREEMENT * len(spans)
+
+
+def run_kind(
+    stall: RecurringStall, steps: Sequence[HostStep], events: RunEvents | None
+) -> str | None:
+    """``epoch`` when the occurrences begin with a new iterator, ``gc`` when garbage
+    collection took most of what they cost, else None (or without capture's events)."""
+    if events is None:
+        return None
+    spans = occurrence_spans(stall, steps)
+    iterators = np.asarray(events.iterator_start_unix_ns, dtype=np.int64)
+    if len(iterators):
+        restarts = [bool(np.any((iterators >= lo) & (iterators < hi))) for lo, hi in spans]
+        if _share_with(spans, restarts):
+            return "epoch"
+    gc_start = np.asarray(events.gc_start_unix_ns, dtype=np.int64)
+    gc_ns = np.asarray(events.gc_ns, dtype=np.int64)
+    if len(gc_start):
+        took = [int(gc_ns[(gc_start >= lo) & (gc_start < hi)].sum()) for lo, hi in spans]
+        if _share_with(spans, [t >= GC_STALL_SHARE * stall.cost_ns for t in took]):
+            return "gc"
+    return None
+
+
+def network_share(sites: Sequence[tuple[str, int]]) -> float:
+    """The share of the sampler's looks (``(site, looks)``) that were inside a network
+    library."""
+    total = sum(n for _, n in sites)
+    if not total:
+        return 0.0
+    return sum(n for site, n in sites if _library_module(site) in NETWORK_MODULES) / total
+
+
+def is_logging(sites: Sequence[tuple[str, int]]) -> bool:
+    """Whether most looks inside the stall were in a network call (remote logging)."""
+    return network_share(sites) >= NETWORK_LOOKS
+
+
+def _library_module(site: str) -> str | None:
+    """``socket`` of ``train.py:88 log (in socket readinto)``; None without a library."""
+    _, found, inner = site.partition("(in ")
+    return inner.split(" ", 1)[0] if found else None
+
+
+@dataclass(frozen=True)
+class StallNature:
+    """What the stall is: from the run's events, and its occurrences inside the window."""
+
+    #: ``epoch`` (a new iterator: Grain's workers start again), ``gc`` (garbage collection),
+    #: ``logging`` (a network call on the training thread), ``evaluation`` (other jitted
+    #: programs run, and read), ``checkpoint`` (a read of device values, then the loop's
+    #: own work), ``host`` (the loop's own work), ``input``, ``compile``, ``sync`` (a read
+    #: alone), or ``unseen`` (no occurrence in the window, and nothing in the run's events).
+    kind: str
+    #: Occurrences inside the analysed steps.
+    in_window: int = 0
+    read_site: str | None = None
+    #: The loop's own code there: where it sits, and the sampled sites (most looks first).
+    where: str | None = None
+    sites: tuple[tuple[str, int], ...] = ()
+    #: Other jitted functions the loop called in the stall step: (name, calls).
+    programs: tuple[tuple[str, int], ...] = ()
+    #: The share of the occurrences' time (in the window) the device idled.
+    idle_share: float = 1.0
+    #: Grain's worker processes, where the script set them (an epoch restart starts them).
+    workers: int | None = None
+
+    @property
+    def device_busy(self) -> bool:
+        """The device was busy most of the stall (an evaluation's own programs)."""
+        return self.idle_share < EVALUATION_IDLE
+
+    def what(self) -> str:
+        """The stall in a few words, for the summary and the advice."""
+        site = f" at {self.sites[0][0]}" if self.sites else ""
+        if self.kind == "epoch":
+            workers = (
+                f": Grain starts its {self.workers} worker process(es) again"
+                if self.workers
+                else ": Grain fills its buffers again"
+            )
+            return f"an epoch restart, a new iterator over the dataset{workers}"
+        if self.kind == "gc":
+            return f"garbage collection: Python's collector walking the heap{site}"
+        if self.kind == "logging":
+            return f"remote logging: a network call on the training thread{site}"
+        if self.kind == "checkpoint":
+            read = f"{self.read_site}, then" if self.read_site else "a read of device values, then"
+            return f"a synchronous checkpoint: {read} the loop's own work{site}"
+        if self.kind == "host":
+            return f"the loop's own work{site}"
+        if self.kind == "evaluation":
+            calls = ", ".join(f"{n} call(s) of {name}" for name, n in self.programs[:2])
+            scored = "" if self.device_busy else ", each result read and scored on the host"
+            return f"evaluation: {calls}{scored}"
+        if self.kind == "input":
+            return "waiting for input (a file or shard switch, a slow record?)"
+        if self.kind == "compile":
+            return "recompilation"
+        if self.kind == "sync":
+            return f"a read of device values ({self.read_site or 'unknown site'})"
+        return "not in the traced window: capture a window that holds one to see what it is"
+
+
+def stall_nature(
+    stall: RecurringStall,
+    sidecar_steps: tuple[HostStep, ...],
+    base_ns: int | None,
+    steps: Steps,
+    gaps: Table,
+    host: HostActivity,
+    events: RunEvents | None = None,
+    workers: int | None = None,
+) -> StallNature:
+    """What the stall is: a kind the run's ``events`` show (an epoch restart, garbage
+    collection), else what its occurrences inside the analysed steps show (``base_ns``: the
+    trace's start on the Unix clock, to place capture's steps on the trace's time)."""
+    from_run = run_kind(stall, sidecar_steps, events)
+    chosen = _window_steps(stall, sidecar_steps, base_ns, steps, gaps)
+    if not chosen:
+        return StallNature(from_run or "unseen", workers=workers)
+    by_cause: dict[str, int] = dict.fromkeys(CAUSES, 0)
+    read_site: str | None = None
+    for k in chosen:
+        mine = gaps[S.STEP_INDEX] == k
+        for c in CAUSES:
+            by_cause[c] += int(gaps[c][mine].sum())
+        sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
+        read_site = read_site or (sites[0] if sites else None) or _read_before(gaps, mine, host)
+    where, sampled = _sampled(host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen]))
+    programs = _other_programs(host, steps, chosen)
+    idle = sum(by_cause.values())
+    top = max(PRECEDENCE, key=lambda c: by_cause[c])
+    wall = int(steps.wall_ns[chosen].sum())
+    idle_share = idle / wall if wall > 0 else 1.0
+    calls = sum(n for _, n in programs) / len(chosen)
+    if from_run is not None:
+        kind = from_run
+    elif is_logging(sampled):
+        kind = "logging"
+    elif programs and (calls >= EVALUATION_CALLS or idle_share < EVALUATION_IDLE):
+        kind = "evaluation"  # other programs ran in the stall, one a batch
+    elif top == "host" and read_site is not None:
+        kind = "checkpoint"
+    elif top == "host":
+        kind = "host"
+    else:
+        kind = top
+    return StallNature(kind, len(chosen), read_site, where, sampled, programs, idle_share, workers)
+
+
+def _sampled(
+    host: HostActivity, spans: Intervals
+) -> tuple[str | None, tuple[tuple[str, int], ...]]:
+    """Where the loop's own code sits in ``spans`` (its longest stretch) and the sampler's
+    sites there, most looks first."""
+    if host.loop_code is None:
+        return None, ()
+    described = [
+        host.loop_code.described(int(a), int(b))
+        for a, b in zip(spans.starts, spans.ends, strict=True)
+    ]
+    found = [d for d in described if d is not None]
+    if not found:
+        return None, ()
+    counts: dict[str, int] = {}
+    for _, _, sites_here in found:
+        for site, n in sites_here:
+            counts[site] = counts.get(site, 0) + n
+    return max(found, key=lambda d: d[0])[1], tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _read_before(gaps: Table, mine: np.ndarray, host: HostActivity) -> str | None:
+    """The read that held the host until the step's longest idle period began (it may wake
+    later than the sync rule's 2 ms on a loaded machine: up to 5% of that period), as
+    the analysis names reads; None without one."""
+    rows = np.flatnonzero(mine)
+    if len(rows) == 0:
+        return None
+    longest = rows[int(np.argmax(gaps[S.DURATION_NS][rows]))]
+    p0 = int(gaps[S.PERIOD_START_NS][longest])
+    late = max(2_000_000, int(gaps[S.DURATION_NS][longest]) // 20)
+    reads = host.sync_events
+    hit = np.flatnonzero(
+        (reads.starts < p0) & (reads.ends >= p0 - STALL_READ_EARLY_NS) & (reads.ends <= p0 + late)
+    )
+    if len(hit) == 0:
+        return None
+    first = int(hit[0])
+    site = host.frames.innermost_at(int(reads.starts[first])) if host.frames else None
+    return read_site_label(reads.names[first], site or reads.site(first))
+
+
+def _window_steps(
+    stall: RecurringStall,
+    sidecar_steps: tuple[HostStep, ...],
+    base_ns: int | None,
+    steps: Steps,
+    gaps: Table,
+) -> list[int]:
+    """Analysed steps holding an occurrence: of the host steps around each stall (the step
+    before its completion came late, and that one), the one whose device idled most."""
+    if base_ns is None or len(steps) == 0:
+        return []
+    start_of = {s.index: s.start_unix_ns for s in sidecar_steps if s.start_unix_ns}
+    idle = np.zeros(len(steps), dtype=np.int64)
+    np.add.at(idle, gaps[S.STEP_INDEX], gaps[S.DURATION_NS])
+    chosen: list[int] = []
+    for index in stall.indices:
+        near = [start_of[i] - base_ns for i in (index - 1, index + 2) if i in start_of]
+        if len(near) < 2:
+            continue
+        # The analysed steps overlapping those capture steps; the one whose device idled most.
+        ks = np.flatnonzero((steps.starts < near[1]) & (steps.ends > near[0]))
+        if len(ks):
+            best = int(ks[np.argmax(idle[ks])])
+            if idle[best] > 0:
+                chosen.append(best)
+    return sorted(set(chosen))
+
+
+def _other_programs(
+    host: HostActivity, steps: Steps, chosen: list[int]
+) -> tuple[tuple[str, int], ...]:
+    """Jitted functions called in the chosen steps other than the one the loop calls most
+    (over all analysed steps): (name, calls), most calls first."""
+    thread = host.events
+    if thread is None:
+        return ()
+    positions = thread.named(N.PJIT)
+    if len(positions) == 0:
+        return ()
+    line = thread.line
+    codes = line.codes[positions]
+    main = most_common(codes)
+    starts = line.starts[positions]
+    counts: dict[str, int] = {}
+    for k in chosen:
+        inside = (starts >= steps.starts[k]) & (starts < steps.ends[k]) & (codes != main)
+        for code in codes[inside].tolist():
+            m = N.PJIT.match(str(line.names[code]))
+            name = m.group("fn") if m else str(line.names[code])
+            counts[name] = counts.get(name, 0) + 1
+    return tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
