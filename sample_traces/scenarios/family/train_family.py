@@ -31,7 +31,17 @@ The habits real loops have between their steps, each set by a flag:
 - ``--callback-ms M``: a host callback inside the jitted step (``jax.debug.callback`` to a
   metrics logger that takes M ms);
 - ``--device-repeat R``: R extra 4096-wide matrix products per step, so that an
-  accelerator's step lasts about as long as the CPU backend's (0 on the CPU machine).
+  accelerator's step lasts about as long as the CPU backend's (0 on the CPU machine);
+- ``--log-every N --log-ms M``: remote logging after every Nth step: the loss read with
+  ``float`` and POSTed (``urllib``, on the training thread) to a logging server in another
+  process that answers after M ms;
+- ``--gc-every N --gc-objects K``: ``gc.collect()`` after every Nth step while the loop keeps
+  K small Python objects alive (a large heap makes a full collection slow);
+- ``--epoch-steps N``: epochs of N steps, each drawn from a new iterator over the dataset
+  (``for epoch ...: for batch in dataset``): Grain starts its worker processes again each
+  epoch;
+- ``--eval-score-host``: the evaluation reads each batch's loss (``float``) and scores it on
+  the host, instead of reading their mean once.
 
 Run it by hand with::
 
@@ -45,10 +55,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import json
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +148,10 @@ def synthetic_batch() -> dict[str, np.ndarray]:
 
 
 def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> Any:
+    return iter(make_dataset(record, workers, read_threads, steps))
+
+
+def make_dataset(record: str, workers: int, read_threads: int, steps: int) -> Any:
     wait_ms, cpu_ms = RECORD_COSTS[record]
     n = (steps + 64) * RECORDS_PER_BATCH
     ds = (
@@ -145,7 +162,49 @@ def make_iterator(record: str, workers: int, read_threads: int, steps: int) -> A
     )
     if workers:
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-    return iter(ds)
+    return ds
+
+
+# The remote logging server of --log-every: another process (as a real one would be), which
+# answers every POST after the delay its argument gives (ms) and prints its port first.
+_LOG_SERVER = """
+import http.server, sys, time
+delay = float(sys.argv[1]) / 1000.0
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        time.sleep(delay)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_port, flush=True)
+server.serve_forever()
+"""
+
+
+class RemoteLog:
+    """A logging client that POSTs each record to its own server process."""
+
+    def __init__(self, delay_ms: float) -> None:
+        self._server = subprocess.Popen(
+            [sys.executable, "-c", _LOG_SERVER, str(delay_ms)], stdout=subprocess.PIPE, text=True
+        )
+        assert self._server.stdout is not None
+        self._url = f"http://127.0.0.1:{int(self._server.stdout.readline())}/log"
+
+    def post(self, record: dict[str, float]) -> None:
+        body = json.dumps(record).encode()
+        request = urllib.request.Request(self._url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+    def close(self) -> None:
+        self._server.terminate()
+        self._server.wait()
 
 
 Params = dict[str, Any]
@@ -218,6 +277,17 @@ class Habits:
     host_cpu_ms: float = 0.0
     callback_ms: float = 0.0
     device_repeat: int = 0
+    log_every: int = 0
+    log_ms: float = 50.0
+    gc_every: int = 0
+    gc_objects: int = 1_000_000
+    epoch_steps: int = 0
+    eval_score_host: bool = False
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether a habit done every ``every`` steps falls after ``step``."""
+    return bool(every) and step % every == every - 1
 
 
 def checkpoint(params: Params, folder: Path, wait_s: float) -> None:
@@ -241,7 +311,11 @@ def train(
     the time the device finished the final step."""
     params = init_params(layers)
     constant = synthetic_batch() if synthetic or habits.eval_every else None
-    it = None if synthetic else make_iterator(record, workers, read_threads, steps)
+    dataset = None if synthetic else make_dataset(record, workers, read_threads, steps)
+    it = None if dataset is None else iter(dataset)
+    log = RemoteLog(habits.log_ms) if habits.log_every else None
+    # The heap a long-lived program builds up (caches, records): each full collection walks it.
+    heap = [[i] for i in range(habits.gc_objects)] if habits.gc_every else []
     train_step = make_train_step(habits.device_repeat, habits.callback_ms)
     scratch = tempfile.TemporaryDirectory(prefix="train_family_ckpt_")
     starts: list[float] = []
@@ -249,6 +323,8 @@ def train(
     metrics: list[jax.Array] = []  # MaxText's buffer: this step's metrics, read one step late
     for step in range(steps):
         starts.append(time.perf_counter())
+        if habits.epoch_steps and step and step % habits.epoch_steps == 0 and dataset is not None:
+            it = iter(dataset)  # the next epoch: a new iterator, as `for batch in dataset` makes
         batch = constant if synthetic else next(it)
         if habits.host_wait_ms:
             time.sleep(habits.host_wait_ms / 1000.0)
@@ -275,18 +351,28 @@ def train(
             if metrics and step % 10 == 0:
                 print(f"step {step - 1} loss {float(metrics[-1]):.4f}")
             metrics = [loss]
-        if habits.eval_every and step % habits.eval_every == habits.eval_every - 1:
+        if _due(step, habits.eval_every):
             assert constant is not None
             losses = [
                 eval_step(params, constant["x"], constant["y"]) for _ in range(habits.eval_batches)
             ]
-            print(f"step {step} eval loss {float(sum(losses)) / len(losses):.4f}")
-        if habits.checkpoint_every and step % habits.checkpoint_every == (
-            habits.checkpoint_every - 1
-        ):
+            if habits.eval_score_host:
+                # Each batch's metric read and scored on the host, one after another.
+                scores = [float(np.sqrt(float(value))) for value in losses]
+                print(f"step {step} eval score {sum(scores) / len(scores):.4f}")
+            else:
+                print(f"step {step} eval loss {float(sum(losses)) / len(losses):.4f}")
+        if _due(step, habits.checkpoint_every):
             checkpoint(params, Path(scratch.name), habits.checkpoint_ms / 1000.0)
+        if log is not None and _due(step, habits.log_every):
+            log.post({"step": step, "loss": float(loss)})
+        if _due(step, habits.gc_every):
+            gc.collect()
     jax.block_until_ready(params)
     scratch.cleanup()
+    if log is not None:
+        log.close()
+    del heap
     starts.append(time.perf_counter())
     return starts
 
@@ -319,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host-cpu-ms", type=float, default=0.0, metavar="MS")
     parser.add_argument("--callback-ms", type=float, default=0.0, metavar="MS")
     parser.add_argument("--device-repeat", type=int, default=0, metavar="R")
+    parser.add_argument("--log-every", type=int, default=0, metavar="N")
+    parser.add_argument("--log-ms", type=float, default=50.0, metavar="MS")
+    parser.add_argument("--gc-every", type=int, default=0, metavar="N")
+    parser.add_argument("--gc-objects", type=int, default=1_000_000, metavar="K")
+    parser.add_argument("--epoch-steps", type=int, default=0, metavar="N")
+    parser.add_argument("--eval-score-host", action="store_true")
     parser.add_argument("--stats-json", help="write step start times as JSON ('-': stdout)")
     parser.add_argument(
         "--profiler-port",
