@@ -128,8 +128,8 @@ def test_each_kind_says_what_it_is(kind: str, words: str) -> None:
 
 
 def test_an_evaluation_that_scores_on_the_host_is_host_bound() -> None:
-    busy = StallNature("evaluation", programs=(("eval_step", 5),), idle_share=0.2)
-    scored = StallNature("evaluation", programs=(("eval_step", 5),), idle_share=0.8)
+    busy = StallNature("evaluation", programs=(("eval_step", 5),), host_share=0.2)
+    scored = StallNature("evaluation", programs=(("eval_step", 5),), host_share=0.8)
     assert busy.device_busy and not scored.device_busy
     assert "scored on the host" in scored.what() and "scored" not in busy.what()
 

@@ -125,10 +125,15 @@ CORE_WAIT_NOTE: Final = 0.005
 #: first ones, which compile) are timed from the completion stamps of a step and the one
 #: before it: half (chosen, not measured).
 STAMPED_SHARE: Final = 0.5
-#: An evaluation stall in which the device idled less than this share of the stalled steps'
-#: time (busy with the evaluation's programs the rest) is device-bound; one that idled more
-#: (each batch's metric read and scored on the host) host-bound (chosen, not measured).
+#: A recurring stall during which other programs ran is an evaluation when the device idled
+#: less than this share of the stalled steps' time, busy with them the rest (chosen, not
+#: measured).
 EVALUATION_IDLE: Final = 0.5
+#: An evaluation stall is host-bound (its results scored on the host while the device waits)
+#: when the loop's own code took at least this share of what an occurrence cost, else
+#: device-bound: most of it, a half (chosen, not measured; the family's evaluation of 5
+#: batches each scored by a 25 ms sort on the host: 6-8 of 10 sampler looks in the scoring).
+EVALUATION_HOST: Final = 0.5
 
 # --- what a recurring stall is (analysis/stall_kinds.py) ---
 #: A recurring stall is garbage collection when, in at least ``PERIOD_AGREEMENT`` of its
@@ -149,6 +154,7 @@ REGISTRY["GAP_LINE_FIRST"] = GAP_LINE_FIRST
 REGISTRY["CORE_WAIT_NOTE"] = CORE_WAIT_NOTE
 REGISTRY["STAMPED_SHARE"] = STAMPED_SHARE
 REGISTRY["EVALUATION_IDLE"] = EVALUATION_IDLE
+REGISTRY["EVALUATION_HOST"] = EVALUATION_HOST
 
 #: Device work that starts after the traced steps, no later than this (ns) after the last
 #: one ended, means the host dispatched every traced step before the device ran them (the

@@ -28,6 +28,7 @@ from traceinspect.analysis.training_thread import HostActivity, read_site_label
 from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep, RunEvents
 from traceinspect.thresholds import (
+    EVALUATION_HOST,
     EVALUATION_IDLE,
     GC_STALL_SHARE,
     NETWORK_LOOKS,
@@ -140,15 +141,16 @@ class StallNature:
     sites: tuple[tuple[str, int], ...] = ()
     #: Other jitted functions the loop called in the stall step: (name, calls).
     programs: tuple[tuple[str, int], ...] = ()
-    #: The share of the occurrences' time (in the window) the device idled.
-    idle_share: float = 1.0
+    #: The loop's own code's time in an occurrence (in the window), as a share of its cost.
+    host_share: float = 1.0
     #: Grain's worker processes, where the script set them (an epoch restart starts them).
     workers: int | None = None
 
     @property
     def device_busy(self) -> bool:
-        """The device was busy most of the stall (an evaluation's own programs)."""
-        return self.idle_share < EVALUATION_IDLE
+        """The loop's own code took less than most of the stall (EVALUATION_HOST): the
+        device's programs (an evaluation's) the rest."""
+        return self.host_share < EVALUATION_HOST
 
     def what(self) -> str:
         """The stall in a few words, for the summary and the advice."""
@@ -207,12 +209,18 @@ def stall_nature(
             by_cause[c] += int(gaps[c][mine].sum())
         sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
         read_site = read_site or (sites[0] if sites else None) or _read_before(gaps, mine, host)
-    where, sampled = _sampled(host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen]))
-    programs = _other_programs(host, steps, chosen)
+    where, sampled, own_ns = _sampled(
+        host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
+    )
+    # Other programs anywhere around each occurrence: an evaluation after step k runs in
+    # the host's time of k while the device may idle in k + 1.
+    around = sorted({j for k in chosen for j in (k - 1, k, k + 1) if 0 <= j < len(steps)})
+    programs = _other_programs(host, steps, around)
     idle = sum(by_cause.values())
     top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
     idle_share = idle / wall if wall > 0 else 1.0
+    host_share = own_ns / (len(chosen) * stall.cost_ns) if stall.cost_ns > 0 else 1.0
     calls = sum(n for _, n in programs) / len(chosen)
     if from_run is not None:
         kind = from_run
@@ -226,28 +234,29 @@ def stall_nature(
         kind = "host"
     else:
         kind = top
-    return StallNature(kind, len(chosen), read_site, where, sampled, programs, idle_share, workers)
+    return StallNature(kind, len(chosen), read_site, where, sampled, programs, host_share, workers)
 
 
 def _sampled(
     host: HostActivity, spans: Intervals
-) -> tuple[str | None, tuple[tuple[str, int], ...]]:
-    """Where the loop's own code sits in ``spans`` (its longest stretch) and the sampler's
-    sites there, most looks first."""
+) -> tuple[str | None, tuple[tuple[str, int], ...], int]:
+    """Where the loop's own code sits in ``spans`` (its longest stretch), the sampler's
+    sites there (most looks first), and its time there (ns)."""
     if host.loop_code is None:
-        return None, ()
+        return None, (), 0
     described = [
         host.loop_code.described(int(a), int(b))
         for a, b in zip(spans.starts, spans.ends, strict=True)
     ]
     found = [d for d in described if d is not None]
     if not found:
-        return None, ()
+        return None, (), 0
     counts: dict[str, int] = {}
     for _, _, sites_here in found:
         for site, n in sites_here:
             counts[site] = counts.get(site, 0) + n
-    return max(found, key=lambda d: d[0])[1], tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
+    where = max(found, key=lambda d: d[0])[1]
+    return where, tuple(sorted(counts.items(), key=lambda kv: -kv[1])), sum(d[0] for d in found)
 
 
 def _read_before(gaps: Table, mine: np.ndarray, host: HostActivity) -> str | None:
@@ -302,8 +311,9 @@ def _window_steps(
 def _other_programs(
     host: HostActivity, steps: Steps, chosen: list[int]
 ) -> tuple[tuple[str, int], ...]:
-    """Jitted functions called in the chosen steps other than the one the loop calls most
-    (over all analysed steps): (name, calls), most calls first."""
+    """Jitted functions called in the chosen steps other than the loop's own step (the one
+    called in the most analysed steps: an evaluation may call its own more often in all,
+    twenty times in each of a few steps): (name, calls), most calls first."""
     thread = host.events
     if thread is None:
         return ()
@@ -312,8 +322,10 @@ def _other_programs(
         return ()
     line = thread.line
     codes = line.codes[positions]
-    main = most_common(codes)
     starts = line.starts[positions]
+    step_of = np.searchsorted(steps.starts, starts, side="right") - 1
+    seen = np.unique(np.stack([codes, step_of]), axis=1)[0]  # each (code, step) once
+    main = most_common(seen)
     counts: dict[str, int] = {}
     for k in chosen:
         inside = (starts >= steps.starts[k]) & (starts < steps.ends[k]) & (codes != main)
