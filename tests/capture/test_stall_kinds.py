@@ -63,6 +63,7 @@ def test_garbage_collection_every_12_steps(tmp_path: Path) -> None:
     assert "gc.freeze()" in _stall_advice(analysis)
 
 
+@pytest.mark.stack
 def test_a_new_iterator_every_epoch(tmp_path: Path) -> None:
     analysis = _analysis(tmp_path, "--steps", "240", "--epoch-steps", "40")
     stall = analysis.recurring_stall
@@ -73,6 +74,7 @@ def test_a_new_iterator_every_epoch(tmp_path: Path) -> None:
     assert "one iterator for the whole run" in _stall_advice(analysis)
 
 
+@pytest.mark.stack
 def test_an_evaluation_scored_on_the_host(tmp_path: Path) -> None:
     analysis = _analysis(
         tmp_path, "--steps", "240", "--eval-every", "20", "--eval-batches", "5",

@@ -159,10 +159,15 @@ def _after_sync(periods: Intervals, host: HostActivity) -> np.ndarray:
 
 
 def evidence(
-    gap: dict[str, int], host: HostActivity, after_sync: bool, input_bound: bool
+    gap: dict[str, int],
+    host: HostActivity,
+    after_sync: bool,
+    input_bound: bool,
+    gil_held: bool = False,
 ) -> list[str]:
     """Sentences on what the host did during one gap piece (``gap``: its row of the gap
-    table, as numbers)."""
+    table, as numbers); ``gil_held``: the pipeline's read threads in the training process
+    held the GIL (InputStages.threads_hold_gil), so the loop's untraced time is a wait."""
     out: list[str] = []
     g0, g1 = gap[S.START_NS], gap[S.END_NS]
     # The idle period this piece belongs to opened when a read returned.
@@ -180,7 +185,7 @@ def evidence(
         out.append(f"{name} ({category}) {overlap / 1e6:.2f} ms of the gap")
     loop = host.loop_code.described(g0, g1) if host.loop_code is not None else None
     if loop is not None and loop[0] >= int((g1 - g0) * GAP_LINE_SHARE):
-        out.append(loop_code_sentence(*loop, of="of the gap"))
+        out.append(loop_code_sentence(*loop, of="of the gap", gil_held=gil_held))
     if gap["compile"] > 0:
         out.append(f"XLA compilation during {gap['compile'] / 1e6:.2f} ms of the gap")
     if gap["runtime"] >= (g1 - g0) * GAP_LINE_SHARE:
@@ -199,10 +204,19 @@ def evidence(
     return out
 
 
-def loop_code_sentence(ns: int, where: str, sites: list[tuple[str, int]], of: str) -> str:
+def loop_code_sentence(
+    ns: int, where: str, sites: list[tuple[str, int]], of: str, gil_held: bool = False
+) -> str:
     """``the loop's own code (untraced) 250.10 ms of the gap, after the dispatch: sampled at
-    train.py:231 save (in npyio save) 48 of 50 looks``."""
-    text = f"the loop's own code (untraced) {ns / 1e6:.2f} ms {of}, {where}"
+    train.py:231 save (in npyio save) 48 of 50 looks``; where the pipeline's read threads
+    hold the GIL, the training thread's wait for it (input's time, not the loop's code)."""
+    what = (
+        "the training thread waiting for the GIL or a core, held by the input pipeline's "
+        "read threads (untraced; the input's time)"
+        if gil_held
+        else "the loop's own code (untraced)"
+    )
+    text = f"{what} {ns / 1e6:.2f} ms {of}, {where}"
     if sites:
         looks = sum(n for _, n in sites)
         named = ", ".join(f"{site} {n} of {looks} looks" for site, n in sites[:2])
@@ -210,7 +224,9 @@ def loop_code_sentence(ns: int, where: str, sites: list[tuple[str, int]], of: st
     return text
 
 
-def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_ns: int) -> None:
+def attach_evidence(
+    gaps: Table, host: HostActivity, input_bound: bool, origin_ns: int, gil_held: bool = False
+) -> None:
     """Add each gap's evidence (for the EVIDENCE_GAPS longest: a GPU trace can hold
     as many gaps as kernels) and its start in ms from ``origin_ns``, in place."""
     n = len(gaps[S.START_NS])
@@ -221,7 +237,7 @@ def attach_evidence(gaps: Table, host: HostActivity, input_bound: bool, origin_n
     after_sync = gaps[S.AFTER_SYNC]
     for row in longest_first(gaps[S.DURATION_NS])[:EVIDENCE_GAPS].tolist():
         g = {c: int(gaps[c][row]) for c in columns}
-        found[row] = evidence(g, host, bool(after_sync[row]), input_bound)
+        found[row] = evidence(g, host, bool(after_sync[row]), input_bound, gil_held)
     gaps[S.EVIDENCE] = found
     gaps[S.START_MS] = (gaps[S.START_NS] - origin_ns) / 1e6
 

@@ -136,7 +136,10 @@ def measure(trace: Trace) -> Measured:
     )
     limits = input_limits(input_ns, device_ns, stages)
     gaps = gap_table(steps, busy, host, limits, device_ns, waiting)
-    attach_evidence(gaps, host, limits, trace.start_ns)
+    # Read threads of the training process that hold the GIL make the loop's untraced time
+    # a wait for it (or a core), which the gaps' evidence says.
+    gil = stages is not None and not stages.workers and stages.threads_hold_gil
+    attach_evidence(gaps, host, limits, trace.start_ns, gil_held=gil)
     attach_sync_sites(gaps, host)
     for c in CAUSES:
         idle = np.zeros(len(steps), dtype=np.int64)

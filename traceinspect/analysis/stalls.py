@@ -122,7 +122,6 @@ def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray, bo
     return np.array(index, np.int64), np.array(value, np.float64), from_host
 
 
-
 def _bunched(completions: list[float], host: list[float]) -> bool:
     """Whether most completions came within a :data:`STALL_FACTOR`-th of the host's typical
     step of the one before (stamped late, together): a device that finished its steps that
