@@ -198,7 +198,7 @@ def stall_nature(
     collection), else what its occurrences inside the analysed steps show (``base_ns``: the
     trace's start on the Unix clock, to place capture's steps on the trace's time)."""
     from_run = run_kind(stall, sidecar_steps, events)
-    chosen = _window_steps(stall, sidecar_steps, base_ns, steps, gaps)
+    chosen, spans = _window_steps(stall, sidecar_steps, base_ns, steps, gaps)
     if not chosen:
         return StallNature(from_run or "unseen", workers=workers)
     by_cause: dict[str, int] = dict.fromkeys(CAUSES, 0)
@@ -213,9 +213,8 @@ def stall_nature(
         host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
     )
     # Other programs anywhere around each occurrence: an evaluation after step k runs in
-    # the host's time of k while the device may idle in k + 1.
-    around = sorted({j for k in chosen for j in (k - 1, k, k + 1) if 0 <= j < len(steps)})
-    programs = _other_programs(host, steps, around)
+    # the host's time of k while the device may idle in a later step.
+    programs = _other_programs(host, steps, spans)
     idle = sum(by_cause.values())
     top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
@@ -286,15 +285,18 @@ def _window_steps(
     base_ns: int | None,
     steps: Steps,
     gaps: Table,
-) -> list[int]:
+) -> tuple[list[int], Intervals]:
     """Analysed steps holding an occurrence: of the host steps around each stall (the step
-    before its completion came late, and that one), the one whose device idled most."""
+    before its completion came late, that one and the next), the one whose device idled
+    most; and the time of those host steps (trace ns)."""
     if base_ns is None or len(steps) == 0:
-        return []
+        return [], Intervals.empty()
     start_of = {s.index: s.start_unix_ns for s in sidecar_steps if s.start_unix_ns}
     idle = np.zeros(len(steps), dtype=np.int64)
     np.add.at(idle, gaps[S.STEP_INDEX], gaps[S.DURATION_NS])
     chosen: list[int] = []
+    lo: list[int] = []
+    hi: list[int] = []
     for index in stall.indices:
         near = [start_of[i] - base_ns for i in (index - 1, index + 2) if i in start_of]
         if len(near) < 2:
@@ -305,13 +307,16 @@ def _window_steps(
             best = int(ks[np.argmax(idle[ks])])
             if idle[best] > 0:
                 chosen.append(best)
-    return sorted(set(chosen))
+                lo.append(near[0])
+                hi.append(near[1])
+    spans = Intervals.union_of(np.array(lo, np.int64), np.array(hi, np.int64))
+    return sorted(set(chosen)), spans
 
 
 def _other_programs(
-    host: HostActivity, steps: Steps, chosen: list[int]
+    host: HostActivity, steps: Steps, spans: Intervals
 ) -> tuple[tuple[str, int], ...]:
-    """Jitted functions called in the chosen steps other than the loop's own step (the one
+    """Jitted functions called in ``spans`` other than the loop's own step (the one
     called in the most analysed steps: an evaluation may call its own more often in all,
     twenty times in each of a few steps): (name, calls), most calls first."""
     thread = host.events
@@ -327,8 +332,8 @@ def _other_programs(
     seen = np.unique(np.stack([codes, step_of]), axis=1)[0]  # each (code, step) once
     main = most_common(seen)
     counts: dict[str, int] = {}
-    for k in chosen:
-        inside = (starts >= steps.starts[k]) & (starts < steps.ends[k]) & (codes != main)
+    for a, b in zip(spans.starts.tolist(), spans.ends.tolist(), strict=True):
+        inside = (starts >= a) & (starts < b) & (codes != main)
         for code in codes[inside].tolist():
             m = N.PJIT.match(str(line.names[code]))
             name = m.group("fn") if m else str(line.names[code])
