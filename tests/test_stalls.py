@@ -150,3 +150,21 @@ def test_a_stall_that_is_not_the_verdict_comes_after_the_verdicts_advice() -> No
     first = with_stall_advice((workers, host), own, is_verdict=True)
     assert [r.kind for r in first] == ["recurring_stall", GRAIN_WORKER_COUNT]
     assert with_stall_advice((host,), own, is_verdict=False) == (own,)
+
+
+def test_a_stall_spread_over_two_steps_is_one_occurrence() -> None:
+    # A new iterator every 40 steps: its workers start while the step before still waits
+    # for its completion stamp, so both steps are slow (1.0 s and 1.5 s), besides a few slow
+    # steps at random. The pair is one occurrence: the steps beside the lattice are not
+    # strays, and the occurrence costs both.
+    ms = [10.0] * 400
+    for first in range(40, 400, 40):
+        ms[first - 1] += 1000.0
+        ms[first] += 1500.0
+    for k in (56, 106, 193, 251, 333):
+        ms[k] += 60.0
+    stall = recurring_stall(_run(ms))
+    assert stall is not None
+    assert stall.period == 40 and stall.indices[0] == 40
+    assert abs(stall.cost_ns / MS - 2500.0) < 1e-6
+    assert abs(stall.per_step_ns / MS - 2500.0 / 40) < 1e-6

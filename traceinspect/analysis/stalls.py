@@ -21,8 +21,9 @@ GIL-holding stall is the run's. A step is a stall when it takes more than
 recur on a lattice of steps (every p-th step from some step) when at least
 :data:`MIN_OCCURRENCES` of them lie on it, they are at least :data:`PERIOD_AGREEMENT` of
 its steps, and at most :data:`STRAY_SHARE` of the steps off it stall (of such lattices, the
-one holding the most stalls). Each occurrence costs its
-time above the median step; the run pays their mean once a period.
+one holding the most stalls; a stall right beside one on it is part of that occurrence, not
+a stray). Each occurrence costs its time above the median step, with the step beside it
+that stalled too; the run pays their mean once a period.
 
 Limits: a run without completion stamps (a jitted step that returns nothing capture can wait
 on, or a sidecar older than them) is not searched; a stall shorter than :data:`STALL_FACTOR`
@@ -122,6 +123,13 @@ def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray, bo
     return np.array(index, np.int64), np.array(value, np.float64), from_host
 
 
+def _beside(index: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """The steps right before or after a step of ``on`` (and not on it themselves)."""
+    hit = set(index[on].tolist())
+    near = np.array([(i - 1) in hit or (i + 1) in hit for i in index.tolist()], dtype=bool)
+    return near & ~on
+
+
 def _bunched(completions: list[float], host: list[float]) -> bool:
     """Whether most completions came within a :data:`STALL_FACTOR`-th of the host's typical
     step of the one before (stamped late, together): a device that finished its steps that
@@ -158,7 +166,7 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
             on = index % period == phase
             hits = int(np.count_nonzero(stall & on))
             enough = hits >= MIN_OCCURRENCES and hits >= PERIOD_AGREEMENT * np.count_nonzero(on)
-            stray = int(np.count_nonzero(stall & ~on))
+            stray = int(np.count_nonzero(stall & ~on & ~_beside(index, stall & on)))
             apart = stray <= STRAY_SHARE * np.count_nonzero(~on)
             if enough and apart and (best is None or hits > best[0]):
                 best = (hits, period, phase)
@@ -168,8 +176,14 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     # The pace without the stalls: the mean of the steps that are no stall at all (on the
     # lattice or off it: a 1.9 s step where capture wrote its trace is not the run's).
     pace = float(np.mean(value[~stall]))
+    beside = stall & _beside(index, stall & (index % period == phase))
     stall &= index % period == phase
+    # An occurrence may spread over the step beside it (a new iterator's workers start
+    # while the step before still waits for its completion stamp): its cost is both steps'.
     extra = value[stall] - median
+    for k in np.flatnonzero(beside).tolist():
+        nearest = int(np.argmin(np.abs(index[stall] - index[k])))
+        extra[nearest] += value[k] - median
     # Once a period: the steps with a completion stamp may be fewer than the run's (a CPU
     # run's rare checkpoint, 4 stalls 100 steps apart among 160 stamped steps, read 0.58 ms
     # a step against the 0.23 its 23 ms cost every 100 steps is).
