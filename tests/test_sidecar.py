@@ -71,7 +71,7 @@ NEWER_THAN_THE_BUNDLED: dict[type, set[str]] = {
     SC.StepJSON: {"cpu_ms"},
     # The machine's load over the window: tests/capture/test_machine_load.py.
     SC.SidecarJSON: {"machine_load", "run_events"},
-    # The run's garbage collections and new iterators: tests/capture/test_stall_kinds.py.
+    # The run's garbage collections and new iterators: tests/capture/test_stalls_by_kind.py.
     SC.RunEventsJSON: set(),
 }
 

@@ -1,4 +1,4 @@
-"""The truth behind tests/capture/test_stall_kinds.py, timed without any profiler.
+"""The truth behind tests/capture/test_stalls_by_kind.py, timed without any profiler.
 
 Runs the family's loop (``train_family.py``, light records at 2 workers) with each habit that
 stalls every N steps (remote logging, ``gc.collect()``, a new iterator every epoch, an
