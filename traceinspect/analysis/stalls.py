@@ -62,6 +62,12 @@ PERIOD_AGREEMENT = 0.75
 #: steps, 9 of 11, was read as a recurring wait for input and its advice put first); the
 #: synchronous checkpoints of 3 captures (every 25 and 60 steps), 0-0.2%.
 STRAY_SHARE = 0.05
+#: A slow step off the lattice counts as a stray only when it took at least this share of
+#: what a stall on the lattice took above the median: a waiting worker's burst is about as
+#: slow as the others (the strays above), while a loaded machine's 40-110 ms steps are no
+#: rival to a 2.5 s epoch restart (1 of 3 captures on the 3.12 stack had 12 such steps among
+#: 230, and its restart every 40 steps went unfound). A quarter (chosen, not measured).
+STRAY_SIZE = 0.25
 #: How many stalls ahead the spacings that may be the period are taken from.
 _AHEAD = 4
 #: Steps at the run's start left out: step 0 compiles, step 1 may still.
@@ -166,7 +172,9 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
             on = index % period == phase
             hits = int(np.count_nonzero(stall & on))
             enough = hits >= MIN_OCCURRENCES and hits >= PERIOD_AGREEMENT * np.count_nonzero(on)
-            stray = int(np.count_nonzero(stall & ~on & ~_beside(index, stall & on)))
+            size = STRAY_SIZE * float(np.median(value[stall & on]) - median) if hits else 0.0
+            rival = value - median >= size
+            stray = int(np.count_nonzero(stall & ~on & ~_beside(index, stall & on) & rival))
             apart = stray <= STRAY_SHARE * np.count_nonzero(~on)
             if enough and apart and (best is None or hits > best[0]):
                 best = (hits, period, phase)
