@@ -1,0 +1,94 @@
+"""The Flax NNX + Orbax loop's step time without any profiler: configurations run interleaved,
+the median and best of N runs each.
+
+Each run is ``tests/capture/scripts/nnx_orbax_loop.py --stats-json -`` in a process of its
+own; its step time is the mean host step (start to start) after WARMUP steps, to the device
+(and any checkpoint write) finishing the last step: a checkpoint every 10 steps is in it.
+Runs of one configuration are interleaved with the others' (a run on a shared machine is
+only ever slowed by others); the table gives each configuration's median and best run.
+
+    python sample_traces/frameworks/orbax_measure.py --repeats 3
+    python sample_traces/frameworks/orbax_measure.py --only sync,async,none --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "capture" / "scripts" / "nnx_orbax_loop.py"
+WARMUP = 30
+# The checkpoint-heavy model: 256 -> 1536 -> 4 x 1536 -> 10 (39 MB of parameters in 12
+# arrays), one row a record: a synchronous save costs several steps; an asynchronous one
+# holds the loop for Orbax's own Python (~10-20 ms), a few percent of 10 steps.
+HEAVY = ("--hidden", "1536", "--layers", "4", "--batch", "8")
+# The compute-heavy step: 512 rows (64 a record) through 256 -> 512 -> 2 x 512 -> 10.
+COMPUTE = ("--hidden", "512", "--batch", "512")
+# name -> the loop's flags
+CONFIGS: dict[str, tuple[str, ...]] = {
+    # (a) The heavy model saved synchronously every 10 steps: the loop waits for each write.
+    "sync": (*HEAVY, "--checkpoint", "sync"),
+    # (b) The same saved asynchronously: the write runs beside the next steps.
+    "async": (*HEAVY, "--checkpoint", "async"),
+    # The same without checkpoints, and its device's step alone (one prebuilt batch).
+    "none": (*HEAVY, "--checkpoint", "none"),
+    "heavy-device": (*HEAVY, "--prebuilt"),
+    # (c) The compute-heavy step on cheap input, not checkpointed (saved asynchronously, its
+    # background writes starve beside XLA's two threads and hold the loop: see
+    # orbax_MEASUREMENTS.md); and its device's step alone.
+    "compute": (*COMPUTE, "--checkpoint", "none"),
+    "compute-device": (*COMPUTE, "--prebuilt"),
+    # (d) The default model (128 rows, 512 wide, ~2.6 MB saved asynchronously) on a slow
+    # Python map (60 passes over 2,048 values a record, ~4 ms of one core), 1 worker; 2 and
+    # 4 workers, cheap input and the device's step alone show what the input costs.
+    "slow-w1": ("--map-passes", "60", "--workers", "1", "--checkpoint", "async"),
+    "slow-w2": ("--map-passes", "60", "--workers", "2", "--checkpoint", "async"),
+    "slow-w4": ("--map-passes", "60", "--workers", "4", "--checkpoint", "async"),
+    "cheap-w1": ("--map-passes", "0", "--workers", "1", "--checkpoint", "async"),
+    "small-device": ("--prebuilt",),
+}
+
+
+def step_ms(flags: tuple[str, ...], steps: int, python: str = sys.executable) -> float:
+    """One run's mean step time in ms, after the warm-up."""
+    done = subprocess.run(
+        [python, str(SCRIPT), *flags, "--steps", str(steps), "--stats-json", "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(t for t in reversed(done.stdout.splitlines()) if t.startswith("{"))
+    starts = json.loads(line)["starts_s"][WARMUP:]
+    return (starts[-1] - starts[0]) / (len(starts) - 1) * 1000.0
+
+
+def measure(names: list[str], steps: int, repeats: int) -> dict[str, list[float]]:
+    timed: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(repeats):
+        for name in names:
+            timed[name].append(step_ms(CONFIGS[name], steps))
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated configurations (default: all)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(CONFIGS)
+    timed = measure(names, args.steps, args.repeats)
+    print("| configuration | flags | median ms | best ms | runs (ms) |")
+    print("|---|---|---:|---:|---|")
+    for name, ms in timed.items():
+        runs = ", ".join(f"{m:.2f}" for m in ms)
+        flags = " ".join(CONFIGS[name])
+        print(f"| `{name}` | `{flags}` | {statistics.median(ms):.2f} | {min(ms):.2f} | {runs} |")
+
+
+if __name__ == "__main__":
+    main()
