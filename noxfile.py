@@ -18,6 +18,11 @@ of its own (made with uv, in seconds):
   capture``, on Python 3.12 with the newest Keras, jax and Grain (``tests/capture/test_keras.py``);
 - ``flax``: a Flax NNX training loop under ``traceinspect capture``, on Python 3.12 with the
   newest Flax (``tests/capture/test_flax.py``);
+- ``orbax``: Flax NNX loops checkpointed by Orbax's ``CheckpointManager`` (synchronously,
+  asynchronously) under ``traceinspect capture``, on Python 3.12 with the newest Flax and
+  Orbax (``tests/capture/test_orbax.py``);
+- ``tunix``: Tunix's ``PeftTrainer`` training a tiny NNX model under ``traceinspect
+  capture``, on Python 3.12 with google-tunix 0.1.7 (``tests/capture/test_tunix.py``);
 - ``docs``: the documentation site (``mkdocs.yml``), built with warnings as errors.
 
     nox                      # the whole matrix (what CI runs after pytest)
@@ -25,6 +30,8 @@ of its own (made with uv, in seconds):
     nox -s maxtext
     nox -s keras
     nox -s flax
+    nox -s orbax
+    nox -s tunix
     nox -s docs
     nox -l                   # list the sessions
 
@@ -181,6 +188,40 @@ def flax(session: nox.Session) -> None:
     _versions(session)
     session.run("python", "-c", "import flax; print('flax', flax.__version__)")
     _framework_tests(session, "flax")
+
+
+@nox.session(python="3.12")
+def orbax(session: nox.Session) -> None:
+    """Flax NNX loops checkpointed by Orbax under traceinspect capture
+    (tests/capture/test_orbax.py)."""
+    # The newest Flax and Orbax (and the jax, optax and Grain they take), as a user's fresh
+    # install.
+    session.install("-e", ".[capture,test]", "flax", "orbax-checkpoint")
+    _versions(session)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m\n"
+        "print(*(f'{d} {m.version(d)}' for d in ('flax', 'orbax-checkpoint', 'optax')))",
+    )
+    _framework_tests(session, "orbax")
+
+
+@nox.session(python="3.12")
+def tunix(session: nox.Session) -> None:
+    """Tunix's PeftTrainer on a tiny NNX model under traceinspect capture
+    (tests/capture/test_tunix.py)."""
+    # Pinned: the trainer's API (TrainingConfig, train(train_ds, eval_ds), its hooks) is
+    # what the loop is written against. It brings Flax, Orbax, optax and Grain.
+    session.install("-e", ".[capture,test]", "google-tunix==0.1.7")
+    _versions(session)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m\n"
+        "print(*(f'{d} {m.version(d)}' for d in ('google-tunix', 'flax', 'orbax-checkpoint')))",
+    )
+    _framework_tests(session, "tunix")
 
 
 def _framework_tests(session: nox.Session, name: str) -> None:
