@@ -305,3 +305,23 @@ def test_bursty_runs_are_compared_by_their_mean_with_both_percentiles_when_they_
     text = _finding(before, after)
     assert text.startswith("Step time rose 10% (5.00 -> 5.50 ms, the mean: steps come in bursts)")
     assert "the median fell 49% while the p90 rose 67%" in text
+
+
+def test_a_stall_taken_away_shows_as_a_run_part() -> None:
+    """A synchronous checkpoint every 25 steps (an H200 capture) against the same loop
+    without it: the stall's 10.21 ms a step over the run, a part no window row holds, is
+    the change compare shows besides the ledger."""
+    samples = Path(__file__).parent.parent / "sample_traces" / "gpu"
+    before = analyze(traceinspect.load(samples / "checkpoint", use_cache=False))
+    after = analyze(traceinspect.load(samples / "device_bound", use_cache=False))
+    assert before.run_parts["stall"] == {
+        "ms_per_step": 10.2096,
+        "share": 0.5471,
+        "basis": "measured",
+    }
+    c = compare(before, after)
+    assert c.before.run_parts_ms_per_step == {"stall": 10.2096}
+    assert c.run_parts_change_ms_per_step["stall"] == -10.2096
+    assert c.to_dict()["change"]["run_parts_ms_per_step"]["stall"] == -10.2096
+    row = next(line for line in render_comparison(c).splitlines() if line.startswith("Run part"))
+    assert "recurring stall" in row and row.split()[-3:] == ["10.21", "0.00", "-10.21"]

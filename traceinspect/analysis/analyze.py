@@ -22,7 +22,7 @@ import numpy as np
 from traceinspect import schema as S
 from traceinspect.analysis import invariants
 from traceinspect.analysis.advice import advise
-from traceinspect.analysis.detectors import Stall, detect
+from traceinspect.analysis.detectors import Found, Stall, detect
 from traceinspect.analysis.explain import notes, summary
 from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.measure import Measured, measure
@@ -94,6 +94,7 @@ def analyze(trace: Trace) -> Analysis:
         timeline=_timeline(m),
         decision=decision,
         machine_load=machine_load_record(trace.sidecar),
+        run_parts={c: _run_part(m, f) for c, f in found.items()},
     )
     if invariants.enabled():
         invariants.check_invariants(analysis)
@@ -103,6 +104,15 @@ def analyze(trace: Trace) -> Analysis:
 def _stall_record(found: Stall) -> dict[str, object]:
     nature = found.nature
     return {**found.stall.to_dict(), "what": nature.kind, "in_window": nature.in_window}
+
+
+def _run_part(m: Measured, found: Found) -> dict[str, object]:
+    """A detector's part of the step: ms per step (a stall's own figure, spread over the
+    run's steps; else its share of the window's typical step), share and basis."""
+    claim = found.claim
+    stalled = found.detail.stall.per_step_ns if isinstance(found.detail, Stall) else None
+    ns = stalled if stalled is not None else claim.share * m.step_ns
+    return {"ms_per_step": round(ns / 1e6, 4), "share": round(claim.share, 4), "basis": claim.basis}
 
 
 def _timeline(m: Measured) -> Timeline:

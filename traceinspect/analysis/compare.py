@@ -58,6 +58,9 @@ class RunSummary:
     idle_by_cause_ms_per_step: dict[str, float]
     #: The ledger, ms per step: ``wall`` and the parts that add up to it (:data:`LEDGER`).
     ledger_ms_per_step: dict[str, float]
+    #: What the run's detectors found beside the window's rows (a stall spread over the
+    #: run, a callback, the loop's CPU), ms per step (``Analysis.run_parts``).
+    run_parts_ms_per_step: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, a: Analysis) -> RunSummary:
@@ -77,6 +80,7 @@ class RunSummary:
             idle_ms_per_step=round(sum(a.idle_by_cause_ms[c] for c in CAUSES) / n, 4),
             idle_by_cause_ms_per_step=by_cause,
             ledger_ms_per_step=ledger_ms_per_step(a),
+            run_parts_ms_per_step={c: p["ms_per_step"] for c, p in a.run_parts.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +98,7 @@ class RunSummary:
             "idle_ms_per_step": self.idle_ms_per_step,
             "idle_by_cause_ms_per_step": dict(self.idle_by_cause_ms_per_step),
             "ledger_ms_per_step": dict(self.ledger_ms_per_step),
+            "run_parts_ms_per_step": dict(self.run_parts_ms_per_step),
         }
 
 
@@ -121,6 +126,8 @@ class Comparison:
     #: The part of the ledger (not the wall) whose time per step changed most (None: none
     #: changed at 0.01 ms).
     moved_most: str | None = None
+    #: Each run part's change, ms per step (after - before; 0 where a side has none).
+    run_parts_change_ms_per_step: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +144,7 @@ class Comparison:
                 "idle_by_cause_ms_per_step": dict(self.idle_by_cause_change_ms_per_step),
                 "ledger_ms_per_step": dict(self.ledger_change_ms_per_step),
                 "moved_most": self.moved_most,
+                "run_parts_ms_per_step": dict(self.run_parts_change_ms_per_step),
             },
             "finding": self.finding,
             "notes": list(self.notes),
@@ -185,7 +193,17 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
         notes=tuple(notes),
         ledger_change_ms_per_step=ledger,
         moved_most=_moved_most(b, a),
+        run_parts_change_ms_per_step=_run_parts_change(b, a),
     )
+
+
+def _run_parts_change(b: RunSummary, a: RunSummary) -> dict[str, float]:
+    """Each run part's change, ms per step; a part one side lacks counts 0 there."""
+    before, after = b.run_parts_ms_per_step, a.run_parts_ms_per_step
+    return {
+        part: round(after.get(part, 0.0) - before.get(part, 0.0), 4)
+        for part in sorted({*before, *after})
+    }
 
 
 def _moved_most(b: RunSummary, a: RunSummary) -> str | None:

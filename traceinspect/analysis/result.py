@@ -212,6 +212,11 @@ class Analysis:
     #: (``analysis/workers_inputs.py``'s ``machine_load_record``); None where the capture
     #: recorded none (then absent from ``to_dict()``).
     machine_load: dict[str, Any] | None = None
+    #: What the run's detectors found beside the idle time, by cause (``stall``,
+    #: ``callback``, ``loop_cpu``, ``pipeline_cpu``): its time per step (a stall's spread
+    #: over the run's steps), its share of step time and its basis (observed, inferred,
+    #: measured). The parts of a step that no window row holds, for ``compare``.
+    run_parts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @cached_property
     def per_step(self) -> pd.DataFrame:
@@ -287,6 +292,7 @@ class Analysis:
             "input_stages": self.input_stages.to_dict() if self.input_stages else None,
             "findings": [f.to_dict() for f in self.findings],
             "recurring_stall": self.recurring_stall,
+            "run_parts": self.run_parts,
         }
 
 

@@ -23,7 +23,7 @@ from traceinspect.analysis.result import (
 from traceinspect.analysis.rules import Decision
 from traceinspect.intervals import Intervals
 
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3
 _TUPLE_FIELDS = ("devices", "sync_sites", "notes", "first_batches")
 # Fields kept in a shape of their own (the others are JSON values as they are).
 _STRUCTURED_FIELDS = frozenset(

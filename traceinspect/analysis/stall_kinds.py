@@ -209,9 +209,7 @@ def stall_nature(
             by_cause[c] += int(gaps[c][mine].sum())
         sites = [s for s in gaps[S.SYNC_SITE][mine].tolist() if s]
         read_site = read_site or (sites[0] if sites else None) or _read_before(gaps, mine, host)
-    where, sampled, _ = _sampled(
-        host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen])
-    )
+    where, sampled, _ = _sampled(host, Intervals.union_of(steps.starts[chosen], steps.ends[chosen]))
     # The loop's own time over the host steps around each occurrence: an evaluation's
     # scoring may run in the step before the one the device idled in.
     _, _, own_ns = _sampled(host, spans)

@@ -8,6 +8,13 @@ from traceinspect.vocabulary import CAUSES
 
 #: Marks the ledger's part that moved most.
 MOVED_MOST = "<- moved most"
+#: What each run part is, in the table (the detectors' causes).
+RUN_PART_NAMES = {
+    "stall": "recurring stall, spread over the run",
+    "callback": "host callbacks",
+    "loop_cpu": "the loop's CPU on the program's cores",
+    "pipeline_cpu": "the pipeline's read threads",
+}
 
 
 def render_comparison(c: Comparison) -> str:
@@ -45,6 +52,10 @@ def render_comparison(c: Comparison) -> str:
         ),
     ]
     rows += _ledger_rows(c)
+    for part, moved in c.run_parts_change_ms_per_step.items():
+        was, now = b.run_parts_ms_per_step.get(part, 0.0), a.run_parts_ms_per_step.get(part, 0.0)
+        label = f"Run part: {RUN_PART_NAMES.get(part, part)} (ms/step)"
+        rows.append((label, f"{was:,.2f}", f"{now:,.2f}", f"{moved:+,.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for name, x, y, d in rows:
         line = f"{name:<{widths[0]}}  {x:>{widths[1]}}  {y:>{widths[2]}}  {d}"
