@@ -52,7 +52,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 # PYTHONDONTWRITEBYTECODE=1: every process then compiled jax from source, 2-3 s per import of
 # jax 0.12 against 0.5 s compiled, in every capture child, Grain worker and MaxText run.
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
-nox.options.sessions = ["stack", "maxtext", "keras", "flax", "docs"]
+nox.options.sessions = ["stack", "maxtext", "keras", "flax", "orbax", "tunix", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 # The oldest stack: the oldest Python we declare, with the oldest core dependencies

