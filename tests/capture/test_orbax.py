@@ -8,10 +8,11 @@ over AdamW, an ``@nnx.jit`` step updating an ``nnx.MultiMetric`` that the loop c
 steps); its configurations and their measured step times:
 ``sample_traces/frameworks/orbax_measure.py`` and ``orbax_MEASUREMENTS.md`` there.
 
-- ``sync``: a 39 MB model saved synchronously: each save holds the loop ~4-6 of its steps,
-  a third of the run's time: host-bound, the stall that recurs every 10 steps a checkpoint;
-- ``async``: the same saved asynchronously: the run as fast as without checkpoints,
-  device-bound;
+- ``sync``: a 39 MB model saved synchronously: each save holds the loop ~2 of its ~40 ms
+  steps (18% of the run without the profiler, ~30% under it): host-bound, the stall that
+  recurs every 10 steps a checkpoint;
+- ``async``: the same saved asynchronously: the loop held 2-5% of the time, the device
+  busy the rest: device-bound;
 - ``compute``: a compute-heavy step on cheap input, no checkpoint: device-bound;
 - ``slow-w1``: a slow Python map on one worker: input-bound, and the input's one fix (the
   worker count) is said once, never also as a stall that recurs.
@@ -107,7 +108,7 @@ def test_a_synchronous_checkpoint_every_10_steps_is_host_bound(
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 48: the stall is found in about 6 of 9 captures. Where capture's early trace "
+    reason="issue 48: found every 10 steps in 8 of 12 captures. Where capture's early trace "
     "runs 80 steps (its steadiness waits on steps the profiler slows), 20-31 steps off the "
     "checkpoints' lattice take over 3 times the median step, above stalls.STRAY_SHARE, and "
     "no recurring stall is reported (the verdict stays host-bound, by the host's idle time)",

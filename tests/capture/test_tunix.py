@@ -10,8 +10,8 @@ with ``mp_prefetch``); its configurations and their measured step times:
 marks each step with a ``StepTraceAnnotation("train")``, which capture follows.
 
 - ``compute``: cheap input (records tokenized once) on one worker: device-bound;
-- ``slow-w1``: a slow Python tokenizer on one worker (~90 ms a batch against a step of
-  ~30-60 ms): input-bound.
+- ``slow-w1``: a slow Python tokenizer on one worker (~94 ms of a core a batch against a
+  ~41 ms step): input-bound.
 
 Needs Tunix (``google-tunix``): ``nox -s tunix`` makes that environment and runs this file
 (with TRACEINSPECT_TUNIX=require, so a broken install fails instead of skipping). Elsewhere
