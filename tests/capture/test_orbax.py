@@ -108,7 +108,7 @@ def test_a_synchronous_checkpoint_every_10_steps_is_host_bound(
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 48: found every 10 steps in 8 of 12 captures. Where capture's early trace "
+    reason="issue 48: found every 10 steps in 11 of 15 captures. Where capture's early trace "
     "runs 80 steps (its steadiness waits on steps the profiler slows), 20-31 steps off the "
     "checkpoints' lattice take over 3 times the median step, above stalls.STRAY_SHARE, and "
     "no recurring stall is reported (the verdict stays host-bound, by the host's idle time)",
