@@ -23,6 +23,7 @@ from traceinspect.analysis.rules import Claim
 from traceinspect.analysis.stall_kinds import StallNature, stall_nature
 from traceinspect.analysis.stalls import RecurringStall, recurring_stall
 from traceinspect.analysis.workers import WAITING_SHARE
+from traceinspect.sidecar import Sidecar
 from traceinspect.thresholds import KNEE_TOLERANCE, MATTERS
 
 # The verdict a recurring stall gives the run, by what it is.
@@ -73,7 +74,7 @@ def stall(m: Measured) -> Found | None:
     sidecar = m.trace.sidecar
     if sidecar is None:
         return None
-    found = recurring_stall(sidecar.steps)
+    found = recurring_stall(sidecar.steps, profiled_steps(sidecar))
     if found is None or found.share < MATTERS:
         return None
     base = m.trace.metadata.get("profile_start_time")
@@ -107,6 +108,18 @@ def _pipeline_pace(m: Measured, found: RecurringStall, workers: int | None) -> b
         per_batch_ns = batch_ms * 1e6 / max(1, workers or 0)
         return per_batch_ns * KNEE_TOLERANCE >= found.expected_ns
     return found.period <= max(2, workers or 0)
+
+
+def profiled_steps(sidecar: Sidecar) -> frozenset[int]:
+    """The steps capture ran under the profiler: the window's, and the early trace's (from
+    step 2 until the run was first steady: a Flax NNX + Orbax loop's steps 49-101, slowed
+    by it, hid its checkpoint every 10 steps as strays)."""
+    traced = {s.index for s in sidecar.steps if s.traced}
+    early: dict[str, Any] = dict(sidecar.data.get("early_trace") or {})
+    first, last = early.get("first_step"), early.get("last_step")
+    if isinstance(first, int) and isinstance(last, int) and last >= first:
+        traced.update(range(first, last + 1))
+    return frozenset(traced)
 
 
 def callback(m: Measured) -> Found | None:

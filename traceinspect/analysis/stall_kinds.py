@@ -76,6 +76,10 @@ def occurrence_spans(stall: RecurringStall, steps: Sequence[HostStep]) -> list[t
     return spans
 
 
+def spans_list(spans: Intervals) -> list[tuple[int, int]]:
+    return list(zip(spans.starts.tolist(), spans.ends.tolist(), strict=True))
+
+
 def _share_with(spans: list[tuple[int, int]], hit: Sequence[bool]) -> bool:
     """Whether the occurrences that show it are at least PERIOD_AGREEMENT of them."""
     return bool(spans) and sum(hit) >= PERIOD_AGREEMENT * len(spans)
@@ -215,18 +219,22 @@ def stall_nature(
     _, _, own_ns = _sampled(host, spans)
     # Other programs anywhere around each occurrence: an evaluation after step k runs in
     # the host's time of k while the device may idle in a later step.
-    programs = _other_programs(host, steps, spans)
+    programs, each = _other_programs(host, steps, spans)
     idle = sum(by_cause.values())
     top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
     idle_share = idle / wall if wall > 0 else 1.0
     host_share = own_ns / (len(chosen) * stall.cost_ns) if stall.cost_ns > 0 else 1.0
-    calls = sum(n for _, n in programs) / len(chosen)
+    # An evaluation runs its programs in (most of) its occurrences: a metrics computation
+    # beside one checkpoint in four (12 small programs once) is no evaluation.
+    occurrences = spans_list(spans)
+    ran_others = _share_with(occurrences, [n > 0 for n in each])
+    evaluating = _share_with(occurrences, [n >= EVALUATION_CALLS for n in each])
     if from_run is not None:
         kind = from_run
     elif is_logging(sampled):
         kind = "logging"
-    elif programs and (calls >= EVALUATION_CALLS or idle_share < EVALUATION_IDLE):
+    elif ran_others and (evaluating or idle_share < EVALUATION_IDLE):
         kind = "evaluation"  # other programs ran in the stall, one a batch
     elif top == "host" and read_site is not None:
         kind = "checkpoint"
@@ -316,16 +324,17 @@ def _window_steps(
 
 def _other_programs(
     host: HostActivity, steps: Steps, spans: Intervals
-) -> tuple[tuple[str, int], ...]:
+) -> tuple[tuple[tuple[str, int], ...], list[int]]:
     """Jitted functions called in ``spans`` other than the loop's own step (the one
     called in the most analysed steps: an evaluation may call its own more often in all,
-    twenty times in each of a few steps): (name, calls), most calls first."""
+    twenty times in each of a few steps): (name, calls), most calls first; and the calls
+    in each span."""
     thread = host.events
     if thread is None:
-        return ()
+        return (), []
     positions = thread.named(N.PJIT)
     if len(positions) == 0:
-        return ()
+        return (), []
     line = thread.line
     codes = line.codes[positions]
     starts = line.starts[positions]
@@ -333,10 +342,12 @@ def _other_programs(
     seen = np.unique(np.stack([codes, step_of]), axis=1)[0]  # each (code, step) once
     main = most_common(seen)
     counts: dict[str, int] = {}
+    each: list[int] = []
     for a, b in zip(spans.starts.tolist(), spans.ends.tolist(), strict=True):
         inside = (starts >= a) & (starts < b) & (codes != main)
+        each.append(int(np.count_nonzero(inside)))
         for code in codes[inside].tolist():
             m = N.PJIT.match(str(line.names[code]))
             name = m.group("fn") if m else str(line.names[code])
             counts[name] = counts.get(name, 0) + 1
-    return tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return tuple(sorted(counts.items(), key=lambda kv: -kv[1])), each

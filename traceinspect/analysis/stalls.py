@@ -143,8 +143,12 @@ def _bunched(completions: list[float], host: list[float]) -> bool:
     return float(np.median(completions)) * STALL_FACTOR < float(np.median(host))
 
 
-def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
-    """The stall that recurs every N steps over the run, or None when there is none."""
+def recurring_stall(
+    steps: tuple[HostStep, ...], profiled: frozenset[int] = frozenset()
+) -> RecurringStall | None:
+    """The stall that recurs every N steps over the run, or None when there is none.
+    ``profiled``: the steps run under the profiler (the early trace's, the window's), which
+    it may slow: a stall on the lattice there counts, a slow step off it is no stray."""
     index, value, from_host = step_series(steps)
     if len(value) < MIN_SERIES:
         return None
@@ -159,6 +163,7 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
     at = index[stall]
     if len(at) < MIN_OCCURRENCES:
         return None
+    traced = np.isin(index, np.fromiter(profiled, np.int64, len(profiled)))
     # The period and phase: the lattice of steps (every p-th, from some step) that holds the
     # most stalls, among those where most of its steps are stalls. Other slow steps (the
     # profiler writing, a busy machine) fall off it; a multiple of the period holds fewer
@@ -174,7 +179,8 @@ def recurring_stall(steps: tuple[HostStep, ...]) -> RecurringStall | None:
             enough = hits >= MIN_OCCURRENCES and hits >= PERIOD_AGREEMENT * np.count_nonzero(on)
             size = STRAY_SIZE * float(np.median(value[stall & on]) - median) if hits else 0.0
             rival = value - median >= size
-            stray = int(np.count_nonzero(stall & ~on & ~_beside(index, stall & on) & rival))
+            free = ~_beside(index, stall & on) & ~traced
+            stray = int(np.count_nonzero(stall & ~on & free & rival))
             apart = stray <= STRAY_SHARE * np.count_nonzero(~on)
             if enough and apart and (best is None or hits > best[0]):
                 best = (hits, period, phase)
