@@ -102,6 +102,11 @@ TWO_CAUSES: dict[str, list[str]] = {
         *["--record", "none", "--workers", "0", "--read-threads", "2", "--callback-ms", "5"],
         *CKPT,
     ],
+    # Read threads running Python (records that compute, 4 threads) beside a slow device
+    # step (6 hidden layers: ~2.5x the family's step).
+    "threads_slowdev": [
+        *["--record", "cpu", "--workers", "0", "--read-threads", "4", "--hidden-layers", "6"]
+    ],
 }
 CONFIGS.update(TWO_CAUSES)
 
