@@ -106,13 +106,6 @@ def test_a_synchronous_checkpoint_every_10_steps_is_host_bound(
     assert analysis.decision is not None and analysis.decision.share >= 0.1, analysis.decision
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 48: found every 10 steps in 11 of 15 captures. Where capture's early trace "
-    "runs 80 steps (its steadiness waits on steps the profiler slows), 20-31 steps off the "
-    "checkpoints' lattice take over 3 times the median step, above stalls.STRAY_SHARE, and "
-    "no recurring stall is reported (the verdict stays host-bound, by the host's idle time)",
-)
 def test_the_synchronous_checkpoints_stall_recurs_every_10_steps_and_is_a_checkpoint(
     captured: Callable[[str], Captured],
 ) -> None:
