@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from traceinspect import schema as S
 from traceinspect.analysis.callbacks import Callbacks
-from traceinspect.analysis.counterfactual import expected_without
-from traceinspect.analysis.detectors import Stall
+from traceinspect.analysis.counterfactual import expected_without, gains_nothing
+from traceinspect.analysis.detectors import Found, Stall
 from traceinspect.analysis.explain import callback_what
 from traceinspect.analysis.loop_cpu import LoopCpu
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import Recommendation
-from traceinspect.thresholds import CALLBACK_ALONE, LOOP_CODE_MOST
+from traceinspect.thresholds import CALLBACK_ALONE, LOOP_CODE_MOST, MATTERS
 
 # The generic words a cause's own advice replaces.
 GENERIC = ("reduce_host_overhead", "device_bound")
@@ -181,4 +181,24 @@ def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
         f"(the run's mean is {stall.mean_ns / 1e6:.2f} ms).",
         expected_step_ms=round(expected, 4),
         where=tuple(site for site, _ in nature.sites[:3]) or None,
+    )
+
+
+def read_gains_nothing(m: Measured, found: dict[str, Found]) -> str | None:
+    """Why the reads' idle time is no loss, where the step expected without them is no
+    faster than capture's untraced step (``counterfactual.gains_nothing``); else None."""
+    after = (m.window or {}).get("after_mean_ms")
+    if m.fractions["sync"] < MATTERS or not after:
+        return None
+    stall = found.get("stall")
+    floors = floors_of(m, stall.detail if stall is not None else None)
+    if not gains_nothing("sync", floors, after * 1e6):
+        return None
+    expected = expected_without("sync", 0.0, floors) / 1e6
+    return (
+        f"The device idles after a read of a device value {m.fractions['sync']:.0%} of step "
+        f"time, but the run's step without the profiler was {after:.2f} ms, no slower than "
+        f"the {expected:.2f} ms expected without the read: the host's preparation of the "
+        "next step takes that time anyway (on XLA's CPU backend, on the cores the program "
+        "runs on), so removing the read gains nothing."
     )

@@ -16,13 +16,15 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 
 from traceinspect import schema as S
 from traceinspect.analysis import invariants
 from traceinspect.analysis.advice import advise
-from traceinspect.analysis.detectors import Found, Stall, detect
+from traceinspect.analysis.advice_causes import read_gains_nothing
+from traceinspect.analysis.detectors import Stall, detect, run_part
 from traceinspect.analysis.explain import notes, summary
 from traceinspect.analysis.findings import count_dispatches, findings
 from traceinspect.analysis.measure import Measured, measure
@@ -49,9 +51,16 @@ def analyze(trace: Trace) -> Analysis:
     """
     m = measure(trace)
     found = detect(m)
-    decision = decide([*idle_claims(m.fractions), *(f.claim for f in found.values())], m.sync_steps)
+    free_read = read_gains_nothing(m, found)
+    idle = [
+        replace(c, share=0.0) if free_read and c.cause == "sync" else c
+        for c in idle_claims(m.fractions)
+    ]
+    decision = decide([*idle, *(f.claim for f in found.values())], m.sync_steps)
     _log(m, decision)
     advice = advise(m, found, decision)
+    if free_read:
+        advice = tuple(r for r in advice if r.kind != "remove_sync")
     grain = trace.sidecar.grain if trace.sidecar is not None else None
     host_events, per_step = m.host.events, m.per_step
     checks = findings(
@@ -84,7 +93,7 @@ def analyze(trace: Trace) -> Analysis:
         recommendations=advice,
         per_step_columns=per_step,
         gap_columns=m.gaps,
-        notes=tuple(notes(m, found, decision)),
+        notes=(*notes(m, found, decision), *([free_read] if free_read else [])),
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS]) / 1e6, 4),
         window=m.window,
         input_stages=m.stages,
@@ -94,7 +103,7 @@ def analyze(trace: Trace) -> Analysis:
         timeline=_timeline(m),
         decision=decision,
         machine_load=machine_load_record(trace.sidecar),
-        run_parts={c: _run_part(m, f) for c, f in found.items()},
+        run_parts={c: run_part(m, f) for c, f in found.items()},
     )
     if invariants.enabled():
         invariants.check_invariants(analysis)
@@ -104,15 +113,6 @@ def analyze(trace: Trace) -> Analysis:
 def _stall_record(found: Stall) -> dict[str, object]:
     nature = found.nature
     return {**found.stall.to_dict(), "what": nature.kind, "in_window": nature.in_window}
-
-
-def _run_part(m: Measured, found: Found) -> dict[str, object]:
-    """A detector's part of the step: ms per step (a stall's own figure, spread over the
-    run's steps; else its share of the window's typical step), share and basis."""
-    claim = found.claim
-    stalled = found.detail.stall.per_step_ns if isinstance(found.detail, Stall) else None
-    ns = stalled if stalled is not None else claim.share * m.step_ns
-    return {"ms_per_step": round(ns / 1e6, 4), "share": round(claim.share, 4), "basis": claim.basis}
 
 
 def _timeline(m: Measured) -> Timeline:

@@ -196,3 +196,12 @@ def detect(m: Measured) -> dict[str, Found]:
     """What the backend's detectors found, by cause."""
     chosen = (*DETECTORS["any"], *DETECTORS.get(m.activity.backend.kind, ()))
     return {f.claim.cause: f for f in (d(m) for d in chosen) if f is not None}
+
+
+def run_part(m: Measured, found: Found) -> dict[str, object]:
+    """A detector's part of the step: ms per step (a stall's own figure, spread over the
+    run's steps; else its share of the window's typical step), share and basis."""
+    claim = found.claim
+    stalled = found.detail.stall.per_step_ns if isinstance(found.detail, Stall) else None
+    ns = stalled if stalled is not None else claim.share * m.step_ns
+    return {"ms_per_step": round(ns / 1e6, 4), "share": round(claim.share, 4), "basis": claim.basis}
