@@ -13,12 +13,13 @@ only ever slowed by others); the table gives each configuration's median and bes
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+# The shared timing module beside this file (this one may be loaded by path, as the
+# tests do).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import frameworks_timing as timing
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "capture" / "scripts" / "nnx_orbax_loop.py"
 WARMUP = 30
@@ -55,40 +56,15 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 
 def step_ms(flags: tuple[str, ...], steps: int, python: str = sys.executable) -> float:
     """One run's mean step time in ms, after the warm-up."""
-    done = subprocess.run(
-        [python, str(SCRIPT), *flags, "--steps", str(steps), "--stats-json", "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    line = next(t for t in reversed(done.stdout.splitlines()) if t.startswith("{"))
-    starts = json.loads(line)["starts_s"][WARMUP:]
-    return (starts[-1] - starts[0]) / (len(starts) - 1) * 1000.0
+    return timing.step_ms(SCRIPT, flags, steps, WARMUP, python)
 
 
 def measure(names: list[str], steps: int, repeats: int) -> dict[str, list[float]]:
-    timed: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(repeats):
-        for name in names:
-            timed[name].append(step_ms(CONFIGS[name], steps))
-    return timed
+    return timing.measure(SCRIPT, CONFIGS, names, steps, repeats, WARMUP)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated configurations (default: all)")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    names = args.only.split(",") if args.only else list(CONFIGS)
-    timed = measure(names, args.steps, args.repeats)
-    print("| configuration | flags | median ms | best ms | runs (ms) |")
-    print("|---|---|---:|---:|---|")
-    for name, ms in timed.items():
-        runs = ", ".join(f"{m:.2f}" for m in ms)
-        flags = " ".join(CONFIGS[name])
-        print(f"| `{name}` | `{flags}` | {statistics.median(ms):.2f} | {min(ms):.2f} | {runs} |")
+knee = timing.knee
 
 
 if __name__ == "__main__":
-    main()
+    timing.main(SCRIPT, CONFIGS, WARMUP, __doc__ or "")
