@@ -131,7 +131,7 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
     if decision.cause == "pipeline_cpu":
         # The host's time is the pipeline's doing: the worker count (first) and the stage.
         advice = tuple(r for r in advice if r.kind not in GENERIC)
-    elif _threads_hold_the_gil(m):
+    elif m.stages is not None and m.stages.gil_held_in_process:
         # The training thread's untraced time is its wait for the GIL the read threads
         # hold: the pipeline's cost, not the loop's own code (Grain's tutorial loop at 0
         # workers, captured under load: input-bound by its idle time, and its `for` line
@@ -197,10 +197,3 @@ def _idle_advice(
     if stages is not None and verdict == "input-bound":
         advice = (*advice, Recommendation(INPUT_STAGE, stage_advice(stages), stage=stages.dominant))
     return advice
-
-
-def _threads_hold_the_gil(m: Measured) -> bool:
-    """Whether the pipeline runs on the training process's read threads and they hold the
-    GIL together."""
-    stages = m.stages
-    return stages is not None and not stages.workers and stages.threads_hold_gil

@@ -102,8 +102,7 @@ def loop_code_advice(m: Measured, rec: Recommendation, floors: Floors) -> Recomm
     # (the profiler slows a CPU-backend step by 5-20%, not the loop's own waiting): the
     # family's per-step read with 4 ms of its own waiting was expected at 13.2-16.8 ms
     # without the wait from the traced step, 11.6-12.7 measured.
-    after = (m.window or {}).get("after_mean_ms")
-    today = after * 1e6 if after else m.step_ns
+    today = m.untraced_ns or m.step_ns
     expected = expected_without("host", today - per_step, floors) / 1e6
     what = f"at {sites[0][0]} " if sites else ""
     return Recommendation(
@@ -193,17 +192,17 @@ def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
 def read_gains_nothing(m: Measured, found: dict[str, Found]) -> str | None:
     """Why the reads' idle time is no loss, where the step expected without them is no
     faster than capture's untraced step (``counterfactual.gains_nothing``); else None."""
-    after = (m.window or {}).get("after_mean_ms")
-    if m.fractions["sync"] < MATTERS or not after:
+    after = m.untraced_ns
+    if m.fractions["sync"] < MATTERS or after is None:
         return None
     stall = found.get("stall")
     floors = floors_of(m, stall.detail if stall is not None else None)
-    if not gains_nothing("sync", floors, after * 1e6):
+    if not gains_nothing("sync", floors, after):
         return None
     expected = expected_without("sync", 0.0, floors) / 1e6
     return (
         f"The device idles after a read of a device value {m.fractions['sync']:.0%} of step "
-        f"time, but the run's step without the profiler was {after:.2f} ms, no slower than "
+        f"time, but the run's step without the profiler was {after / 1e6:.2f} ms, no slower than "
         f"the {expected:.2f} ms expected without the read: the host's preparation of the "
         "next step takes that time anyway (on XLA's CPU backend, on the cores the program "
         "runs on), so removing the read gains nothing."

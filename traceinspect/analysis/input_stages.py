@@ -121,6 +121,13 @@ class InputStages:
         cores = self.threads_cores
         return cores is not None and cores >= GIL_HELD
 
+    @property
+    def gil_held_in_process(self) -> bool:
+        """Whether the pipeline runs on the training process's read threads (no workers)
+        and they hold the GIL together: the training thread's untraced time is then its
+        wait for it, the pipeline's cost."""
+        return not self.workers and self.threads_hold_gil
+
     def to_dict(self) -> dict[str, Any]:
         """What ``analyze --json`` prints under ``input_stages``."""
         out: dict[str, Any] = {

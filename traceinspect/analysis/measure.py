@@ -86,6 +86,13 @@ class Measured:
         return self.summary.typical_ms * 1e6
 
     @property
+    def untraced_ns(self) -> float | None:
+        """The run's step as capture timed it without the profiler, after the window (the
+        untraced steps' mean, ns); None where it timed none."""
+        after = (self.window or {}).get("after_mean_ms")
+        return after * 1e6 if after else None
+
+    @property
     def idle_ns(self) -> int:
         return sum(self.by_cause_ns.values())
 
@@ -138,7 +145,7 @@ def measure(trace: Trace) -> Measured:
     gaps = gap_table(steps, busy, host, limits, device_ns, waiting)
     # Read threads of the training process that hold the GIL make the loop's untraced time
     # a wait for it (or a core), which the gaps' evidence says.
-    gil = stages is not None and not stages.workers and stages.threads_hold_gil
+    gil = stages is not None and stages.gil_held_in_process
     attach_evidence(gaps, host, limits, trace.start_ns, gil_held=gil)
     attach_sync_sites(gaps, host)
     for c in CAUSES:

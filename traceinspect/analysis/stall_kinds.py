@@ -76,13 +76,9 @@ def occurrence_spans(stall: RecurringStall, steps: Sequence[HostStep]) -> list[t
     return spans
 
 
-def spans_list(spans: Intervals) -> list[tuple[int, int]]:
-    return list(zip(spans.starts.tolist(), spans.ends.tolist(), strict=True))
-
-
-def _share_with(spans: list[tuple[int, int]], hit: Sequence[bool]) -> bool:
-    """Whether the occurrences that show it are at least PERIOD_AGREEMENT of them."""
-    return bool(spans) and sum(hit) >= PERIOD_AGREEMENT * len(spans)
+def _most(hits: Sequence[bool]) -> bool:
+    """Whether at least PERIOD_AGREEMENT of the occurrences (one entry each) show it."""
+    return bool(hits) and sum(hits) >= PERIOD_AGREEMENT * len(hits)
 
 
 def run_kind(
@@ -96,13 +92,13 @@ def run_kind(
     iterators = np.asarray(events.iterator_start_unix_ns, dtype=np.int64)
     if len(iterators):
         restarts = [bool(np.any((iterators >= lo) & (iterators < hi))) for lo, hi in spans]
-        if _share_with(spans, restarts):
+        if _most(restarts):
             return "epoch"
     gc_start = np.asarray(events.gc_start_unix_ns, dtype=np.int64)
     gc_ns = np.asarray(events.gc_ns, dtype=np.int64)
     if len(gc_start):
         took = [int(gc_ns[(gc_start >= lo) & (gc_start < hi)].sum()) for lo, hi in spans]
-        if _share_with(spans, [t >= GC_STALL_SHARE * stall.cost_ns for t in took]):
+        if _most([t >= GC_STALL_SHARE * stall.cost_ns for t in took]):
             return "gc"
     return None
 
@@ -227,9 +223,8 @@ def stall_nature(
     host_share = own_ns / (len(chosen) * stall.cost_ns) if stall.cost_ns > 0 else 1.0
     # An evaluation runs its programs in (most of) its occurrences: a metrics computation
     # beside one checkpoint in four (12 small programs once) is no evaluation.
-    occurrences = spans_list(spans)
-    ran_others = _share_with(occurrences, [n > 0 for n in each])
-    evaluating = _share_with(occurrences, [n >= EVALUATION_CALLS for n in each])
+    ran_others = _most([n > 0 for n in each])
+    evaluating = _most([n >= EVALUATION_CALLS for n in each])
     if from_run is not None:
         kind = from_run
     elif is_logging(sampled):

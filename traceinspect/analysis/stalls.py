@@ -131,9 +131,8 @@ def step_series(steps: tuple[HostStep, ...]) -> tuple[np.ndarray, np.ndarray, bo
 
 def _beside(index: np.ndarray, on: np.ndarray) -> np.ndarray:
     """The steps right before or after a step of ``on`` (and not on it themselves)."""
-    hit = set(index[on].tolist())
-    near = np.array([(i - 1) in hit or (i + 1) in hit for i in index.tolist()], dtype=bool)
-    return near & ~on
+    hit = index[on]
+    return (np.isin(index - 1, hit) | np.isin(index + 1, hit)) & ~on
 
 
 def _bunched(completions: list[float], host: list[float]) -> bool:
