@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from traceinspect.capture import CaptureOptions, CaptureResult, run_capture
 
@@ -106,3 +110,20 @@ def parent_process(
     )
     env = {**os.environ, **popen.pop("env", {}), "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code, *command], env=env, text=True, **popen)
+
+
+def framework_measure(session: str, modules: Sequence[str]) -> ModuleType:
+    """``sample_traces/frameworks/<session>_measure.py``, loaded by path, where ``modules``
+    (parents before their submodules) are importable; else the test skips, or fails where
+    ``TRACEINSPECT_<SESSION>=require`` (the nox session that must run it)."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            if os.environ.get(f"TRACEINSPECT_{session.upper()}") == "require":
+                pytest.fail(f"{name} is not importable in the environment this test must run in")
+            pytest.skip(f"{name} is not installed here: `nox -s {session}` runs this test")
+    path = REPO / "sample_traces" / "frameworks" / f"{session}_measure.py"
+    spec = importlib.util.spec_from_file_location(f"{session}_measure", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

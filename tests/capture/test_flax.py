@@ -11,16 +11,13 @@ skipping). Elsewhere it skips: ``pytest -m 'not flax'`` leaves it out by name.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from capture_helpers import REPO, SCRIPTS, read_sidecar
+from capture_helpers import SCRIPTS, framework_measure, read_sidecar
 
 import traceinspect
 from traceinspect.analysis.result import Analysis
@@ -29,7 +26,6 @@ from traceinspect.capture import CaptureOptions, run_capture
 pytestmark = [pytest.mark.slow, pytest.mark.flax]
 
 LOOP = SCRIPTS / "flax_nnx_loop.py"
-MEASURE = REPO / "sample_traces" / "frameworks" / "flax_measure.py"
 # Enough for the default window once the run is steady, on a loaded machine too (~15-25 s a
 # capture): 200 steps on a 2-core machine running 6x over its cores never got steady.
 STEPS = 300
@@ -39,16 +35,8 @@ WITHIN = 0.15
 
 
 @pytest.fixture(scope="module")
-def measure() -> Iterator[ModuleType]:
-    if importlib.util.find_spec("flax") is None:
-        if os.environ.get("TRACEINSPECT_FLAX") == "require":
-            pytest.fail("Flax is not importable in the environment this test must run in")
-        pytest.skip("Flax is not installed here: `nox -s flax` runs this test")
-    spec = importlib.util.spec_from_file_location("flax_measure", MEASURE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+def measure() -> ModuleType:
+    return framework_measure("flax", ("flax",))
 
 
 def _capture(tmp_path: Path, flags: tuple[str, ...]) -> tuple[Analysis, dict[str, Any]]:

@@ -24,16 +24,14 @@ skips: ``pytest -m 'not orbax'`` leaves it out by name.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from capture_helpers import REPO, SCRIPTS, read_sidecar
+from capture_helpers import SCRIPTS, framework_measure, read_sidecar
 
 import traceinspect
 from traceinspect.analysis.result import Analysis
@@ -42,7 +40,6 @@ from traceinspect.capture import CaptureOptions, run_capture
 pytestmark = [pytest.mark.slow, pytest.mark.orbax]
 
 LOOP = SCRIPTS / "nnx_orbax_loop.py"
-MEASURE = REPO / "sample_traces" / "frameworks" / "orbax_measure.py"
 # Enough for the default window once the run is steady, on a loaded machine too.
 STEPS = 300
 CHECKPOINT_EVERY = 10
@@ -51,19 +48,8 @@ Captured = tuple[Analysis, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def measure() -> Iterator[ModuleType]:
-    missing = [m for m in ("flax", "orbax") if importlib.util.find_spec(m) is None]
-    if not missing and importlib.util.find_spec("orbax.checkpoint") is None:
-        missing = ["orbax.checkpoint"]
-    if missing:
-        if os.environ.get("TRACEINSPECT_ORBAX") == "require":
-            pytest.fail(f"{', '.join(missing)} not importable where this test must run")
-        pytest.skip(f"{', '.join(missing)} not installed here: `nox -s orbax` runs this test")
-    spec = importlib.util.spec_from_file_location("orbax_measure", MEASURE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+def measure() -> ModuleType:
+    return framework_measure("orbax", ("flax", "orbax", "orbax.checkpoint"))
 
 
 @pytest.fixture(scope="module")

@@ -20,15 +20,12 @@ it skips: ``pytest -m 'not tunix'`` leaves it out by name.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from capture_helpers import REPO, SCRIPTS, read_sidecar
+from capture_helpers import SCRIPTS, framework_measure, read_sidecar
 
 import traceinspect
 from traceinspect.analysis.result import Analysis
@@ -37,21 +34,12 @@ from traceinspect.capture import CaptureOptions, run_capture
 pytestmark = [pytest.mark.slow, pytest.mark.tunix]
 
 LOOP = SCRIPTS / "tunix_loop.py"
-MEASURE = REPO / "sample_traces" / "frameworks" / "tunix_measure.py"
 STEPS = 300
 
 
 @pytest.fixture(scope="module")
-def measure() -> Iterator[ModuleType]:
-    if importlib.util.find_spec("tunix") is None:
-        if os.environ.get("TRACEINSPECT_TUNIX") == "require":
-            pytest.fail("Tunix is not importable in the environment this test must run in")
-        pytest.skip("Tunix is not installed here: `nox -s tunix` runs this test")
-    spec = importlib.util.spec_from_file_location("tunix_measure", MEASURE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+def measure() -> ModuleType:
+    return framework_measure("tunix", ("tunix",))
 
 
 def _capture(tmp_path: Path, flags: tuple[str, ...]) -> Analysis:
