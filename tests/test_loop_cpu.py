@@ -92,3 +92,54 @@ def test_no_clock_no_estimate() -> None:
     assert loop_cpu(None, (0, STEPS * STEP), STEPS, cores=2) is None
     # Too few looks inside the window.
     assert loop_cpu(code, (0, 5 * STEP), 5, cores=2) is None
+
+
+def _split_code(beside_share: float, apart_share: float, rest_share: float) -> LoopCode:
+    """As :func:`_code`, the own code in two halves: 2-7 ms of each step beside the running
+    program (the device busy 0-7 ms), 7-12 ms apart from it (the device idle), each half on
+    CPU its own share of the time."""
+    starts = np.arange(STEPS, dtype=np.int64) * STEP
+    spans = Intervals.union_of(starts + 2 * MS, starts + 12 * MS)
+    first = Intervals.union_of(starts + 2 * MS, starts + 7 * MS)
+    t = np.arange(0, STEPS * STEP, 20 * MS, dtype=np.int64)
+    own = np.array([spans.clip(0, int(x)).total for x in t], dtype=np.float64)
+    early = np.array([first.clip(0, int(x)).total for x in t], dtype=np.float64)
+    cpu = beside_share * early + apart_share * (own - early) + rest_share * (t - own)
+    samples = SampledStack(
+        t, np.zeros(len(t), dtype=np.int64), ("train.py:90 train",), cpu.astype(np.int64)
+    )
+    return LoopCode(spans, np.array([], dtype=np.int64), [], samples)
+
+
+DEVICE = Intervals.union_of(
+    np.arange(STEPS, dtype=np.int64) * STEP, np.arange(STEPS, dtype=np.int64) * STEP + 7 * MS
+)
+
+
+def test_cpu_work_while_the_device_idles_is_no_stretch() -> None:
+    # An Orbax asynchronous save: a wait for the arrays beside the running program (no CPU),
+    # then their copy to the host after it (CPU): 5 ms of CPU a step, none of it competing.
+    found = loop_cpu(_split_code(0.0, 1.0, 0.1), (0, STEPS * STEP), STEPS, 2, DEVICE)
+    assert found is not None
+    assert found.cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
+    assert found.beside_cpu_ms_per_step == pytest.approx(0.0, abs=0.1)
+    assert found.cost_ms_per_step == pytest.approx(0.0, abs=0.05)
+    # Without the device's busy time, every ms of the loop's CPU was charged.
+    blind = loop_cpu(_split_code(0.0, 1.0, 0.1), (0, STEPS * STEP), STEPS, 2)
+    assert blind is not None and blind.cost_ms_per_step == pytest.approx(2.5, abs=0.1)
+
+
+def test_cpu_work_beside_the_program_is_its_stretch() -> None:
+    found = loop_cpu(_split_code(1.0, 0.0, 0.1), (0, STEPS * STEP), STEPS, 2, DEVICE)
+    assert found is not None
+    assert found.cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
+    assert found.beside_cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
+    assert found.cost_ms_per_step == pytest.approx(2.5, abs=0.05)
+    assert found.own_cpu_share == pytest.approx(0.5, abs=0.01)
+
+
+def test_own_code_all_beside_the_program_costs_as_before() -> None:
+    # The device busy all the time: the split changes nothing.
+    whole = Intervals.union_of(np.array([0]), np.array([STEPS * STEP]))
+    found = loop_cpu(_code(1.0, 0.1), (0, STEPS * STEP), STEPS, 2, whole)
+    assert found is not None and found.cost_ms_per_step == pytest.approx(5.0, abs=0.05)

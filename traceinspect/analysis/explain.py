@@ -33,8 +33,8 @@ def callback_what(callbacks: Callbacks) -> str:
 def _callback(m: Measured, callbacks: Callbacks) -> str:
     return (
         f"A host callback inside the jitted step, {callback_what(callbacks)}, runs "
-        f"{callbacks.ms_per_step:.2f} ms of each {m.step_ns / 1e6:.2f} ms step "
-        f"({callbacks.ms_per_step * 1e6 / m.step_ns:.0%}): the step cannot end, nor the next "
+        f"{callbacks.ms_per_step:.2f} ms of each {m.mean_step_ns / 1e6:.2f} ms step "
+        f"({callbacks.ms_per_step * 1e6 / m.mean_step_ns:.0%}): the step cannot end, nor the next "
         "be prepared, until the host returns from it."
     )
 
@@ -71,11 +71,19 @@ def _loop_cpu(m: Measured, competing: LoopCpu) -> str:
     at = f" at {competing.site}" if competing.site else ""
     return (
         f"The loop's own CPU work{at}, {competing.cpu_ms_per_step:.2f} ms a step on the training "
-        f"thread, competes with XLA's CPU backend for the {competing.cores} core(s): the "
+        f"thread ({_cpu_beside_program(competing)}), competes with XLA's CPU backend for the "
+        f"{competing.cores} core(s): the "
         f"program runs about {competing.cost_ms_per_step:.2f} ms longer a step beside it "
-        f"({competing.cost_ms_per_step * 1e6 / m.step_ns:.0%} of the {m.step_ns / 1e6:.2f} ms "
-        "step): the device's work it shows is stretched by the host's."
+        f"({competing.cost_ms_per_step * 1e6 / m.mean_step_ns:.0%} of the "
+        f"{m.mean_step_ns / 1e6:.2f} ms mean step): the device's work it shows is stretched "
+        "by the host's."
     )
+
+
+def _cpu_beside_program(c: LoopCpu) -> str:
+    if c.beside_cpu_ms_per_step >= c.cpu_ms_per_step:
+        return "all of it while the program ran"
+    return f"{c.beside_cpu_ms_per_step:.2f} ms of it while the program ran"
 
 
 #: The summary of a verdict a run-level cause decided, by that cause (an idle cause's or the
@@ -106,7 +114,8 @@ def notes(m: Measured, found: dict[str, Found], decision: Decision) -> list[str]
         c: LoopCpu = competing.detail
         at = f" at {c.site}" if c.site else ""
         out.append(
-            f"The loop's own CPU work{at} ({c.cpu_ms_per_step:.2f} ms a step) competes with "
+            f"The loop's own CPU work{at} ({c.cpu_ms_per_step:.2f} ms a step, "
+            f"{_cpu_beside_program(c)}) competes with "
             f"XLA's CPU backend for the {c.cores} core(s): about {c.cost_ms_per_step:.2f} ms of "
             f"each step ({competing.claim.share:.0%}), an estimate that decides the verdict only "
             "from 20%."

@@ -79,11 +79,21 @@ class Measured:
     sync_sites: tuple[str, ...]
     window: dict[str, Any] | None
     window_note: str | None
+    #: The device's busy time as the ledger counts it (any device; gaps shorter than
+    #: MIN_GAP_NS closed).
+    busy: Intervals
 
     @property
     def step_ns(self) -> float:
         """What one step costs (ns): the mean when steps come in bursts, else the median."""
         return self.summary.typical_ms * 1e6
+
+    @property
+    def mean_step_ns(self) -> float:
+        """The analysed steps' mean wall time (ns): the denominator of every share of the
+        run's step time (the ledger's idle fractions, a detector's claim), whose numerators
+        are sums over all the steps."""
+        return self.total_wall_ns / len(self.steps) if len(self.steps) else 0.0
 
     @property
     def untraced_ns(self) -> float | None:
@@ -178,6 +188,7 @@ def measure(trace: Trace) -> Measured:
         sync_sites=sync_sites(gaps),
         window=window,
         window_note=window_note,
+        busy=busy,
     )
 
 
