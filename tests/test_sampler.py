@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -142,3 +143,84 @@ def test_samples_inside_spans_by_site() -> None:
     spans = Intervals.union_of(np.array([10, 30]), np.array([26, 50]))
     # 15, 25 and 45 are b.py; 35 is outside the user's frames.
     assert samples.sites_in(spans) == [("b.py:2 g", 3)]
+
+
+def test_capture_s_own_looks_are_neither_named_nor_the_loop_s_time() -> None:
+    from traceinspect.analysis.training_thread import LoopCode, SampledStack
+
+    # 4 looks in 40 ns of the loop's own code: one in capture's step detection.
+    ours = "a.py:1 f (in traceinspect capture window _on_step)"
+    samples = SampledStack(
+        np.array([5, 15, 25, 35], dtype=np.int64),
+        np.array([0, 1, 0, 0]),
+        ("a.py:3 f (in numpy save)", ours),
+    )
+    spans = Intervals.union_of(np.array([0]), np.array([40]))
+    assert samples.sites_in(spans) == [("a.py:3 f (in numpy save)", 3)]
+    assert samples.capture_share(spans) == 0.25
+    code = LoopCode(spans, np.array([], dtype=np.int64), [], samples)
+    described = code.described(0, 40)
+    assert described is not None
+    assert described[0] == 30 and described[2] == [("a.py:3 f (in numpy save)", 3)]
+    # Every look capture's: none of it the loop's.
+    only_ours = SampledStack(np.array([5, 15], dtype=np.int64), np.array([0, 0]), (ours,))
+    assert LoopCode(spans, np.array([], dtype=np.int64), [], only_ours).described(0, 40) is None
+
+
+def _in_file(path: str, source: str) -> dict[str, Any]:
+    """The functions of ``source`` as if defined in ``path`` (a library's, capture's)."""
+    scope: dict[str, Any] = {"sys": __import__("sys")}
+    exec(compile(source, path, "exec"), scope)
+    return scope
+
+
+def test_a_look_in_capture_s_bookkeeping_is_named_capture_s() -> None:
+    from traceinspect.capture._child import sampler as S
+
+    library = _in_file(S._STDLIB + "fakelib.py", "def wait():\n    return sys._getframe()\n")
+    ours = _in_file(
+        S._HERE + "window.py",
+        "def on_step(wait):\n    return wait()\n\ndef __next__(wait):\n    return wait()\n",
+    )
+    # Step detection waiting on a lock: capture's time, though the user's next() is below.
+    bookkeeping = S._site(ours["on_step"](library["wait"]))
+    assert re.fullmatch(
+        r"test_sampler\.py:\d+ test_a_look_in_capture_s_bookkeeping_is_named_capture_s "
+        r"\(in traceinspect capture window on_step\)",
+        bookkeeping,
+    ), bookkeeping
+    # A wrapper that calls through to what the script called (Grain's next()): the script's.
+    through = S._site(ours["__next__"](library["wait"]))
+    assert through.endswith(" (in fakelib wait)"), through
+    # capture's own frame innermost: its own bytecode.
+    own = S._site(ours["on_step"](sys_getframe))
+    assert own.endswith("(in traceinspect capture window on_step)"), own
+
+
+def sys_getframe() -> Any:
+    import sys
+
+    return sys._getframe(1)
+
+
+def first_waiter(stop: threading.Event, tracing: threading.Event) -> None:
+    tracing.set()
+    while not stop.is_set():
+        stop.wait(0.003)  # the wait in next()
+        second_waiter(stop)
+
+
+def second_waiter(stop: threading.Event) -> None:
+    stop.wait(0.003)  # the wait in a checkpoint's save
+
+
+def test_one_library_line_reached_from_two_places_is_named_by_each() -> None:
+    # threading.Event.wait's one line, reached from two lines of the loop: each look is
+    # named by its own caller (keyed by the innermost frame, the first seen named both).
+    _, report = _sample_a_thread(0.4, first_waiter, interval_s=0.002)
+    assert report is not None
+    sites = {report["sites"][i] for i in report["site"]}
+    first = first_waiter.__code__.co_firstlineno + 3
+    second = second_waiter.__code__.co_firstlineno + 1
+    assert f"test_sampler.py:{first} first_waiter (in threading wait)" in sites, sites
+    assert f"test_sampler.py:{second} second_waiter (in threading wait)" in sites, sites

@@ -120,7 +120,9 @@ def loop_cpu(
         a_beside, a_apart, _ = _shares(np.stack([beside, apart, rest]), spent)
     described = code.described(lo, hi)
     own_ns, counted = (described[0], described[2]) if described is not None else (0, [])
-    beside_ns = beside_spans.total
+    # capture's own bookkeeping, left out of the own code's time, is left out of the part
+    # beside the program in the same measure.
+    beside_ns = round(beside_spans.total * own_ns / part.total) if part.total else 0
     cpu_ns = (a_beside * beside_ns + a_apart * max(own_ns - beside_ns, 0)) / steps
     beside_cpu_ns = a_beside * beside_ns / steps
     return LoopCpu(

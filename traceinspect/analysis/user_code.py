@@ -43,18 +43,46 @@ class SampledStack:
         cpu = None if samples.cpu_ns is None else np.asarray(samples.cpu_ns, dtype=np.int64)[order]
         return cls(t[order], np.asarray(samples.site, dtype=np.int64)[order], samples.sites, cpu)
 
-    def sites_in(self, spans: Intervals) -> list[tuple[str, int]]:
-        """(site, samples) of the samples inside ``spans``, the most frequent first; samples
-        outside any of the user's frames are left out."""
+    def _counts_in(self, spans: Intervals) -> np.ndarray:
+        """Looks inside ``spans``, per site."""
         if len(spans) == 0 or len(self.t_ns) == 0:
-            return []
+            return np.zeros(len(self.sites), dtype=np.int64)
         k = np.searchsorted(spans.starts, self.t_ns, side="right") - 1
         inside = (k >= 0) & (self.t_ns < spans.ends[np.maximum(k, 0)])
-        counts = np.bincount(self.site[inside], minlength=len(self.sites))
+        return np.bincount(self.site[inside], minlength=len(self.sites))
+
+    def sites_in(self, spans: Intervals) -> list[tuple[str, int]]:
+        """(site, samples) of the samples inside ``spans``, the most frequent first; samples
+        outside any of the user's frames, and those in capture's own bookkeeping, are left
+        out."""
+        counts = self._counts_in(spans)
         order = np.argsort(-counts, kind="stable")
         return [
-            (self.sites[i], int(counts[i])) for i in order.tolist() if counts[i] and self.sites[i]
+            (self.sites[i], int(counts[i]))
+            for i in order.tolist()
+            if counts[i] and self.sites[i] and not is_capture_look(self.sites[i])
         ]
+
+    def capture_share(self, spans: Intervals) -> float:
+        """Of the looks inside ``spans``, the share in capture's own bookkeeping (step
+        detection, completion stamps, its status file): time the script does not spend
+        without the profiler."""
+        counts = self._counts_in(spans)
+        total = int(counts.sum())
+        if not total:
+            return 0.0
+        ours = sum(int(counts[i]) for i, s in enumerate(self.sites) if is_capture_look(s))
+        return ours / total
+
+
+#: How capture's sampler names a look in capture's own code (``capture/_child/sampler.py``:
+#: ``CAPTURE_LOOK``).
+_CAPTURE_LOOK = "(in traceinspect capture "
+
+
+def is_capture_look(site: str) -> bool:
+    """Whether a sampled site is capture's own bookkeeping, not the script's code."""
+    return _CAPTURE_LOOK in site
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,9 +99,12 @@ class LoopCode:
 
     def described(self, lo: int, hi: int) -> tuple[int, str, list[tuple[str, int]]] | None:
         """(ns of ``[lo, hi)`` in the loop's own code, where it sits, sampled sites), or
-        None when none of it is."""
+        None when none of it is. The time capture's own bookkeeping took there (the share
+        of the sampler's looks in it) is not the loop's and is left out."""
         part = self.spans.clip(lo, hi)
         total = part.total
+        if total > 0 and self.samples is not None:
+            total = round(total * (1.0 - self.samples.capture_share(part)))
         if total <= 0:
             return None
         # Where: after the last stamped event that ended before the longest stretch began.

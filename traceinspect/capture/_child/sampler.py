@@ -98,9 +98,9 @@ class StackSampler:
         self._clock = _cpu_clock(thread_ident)
         self.sites: list[str] = []
         self._site_index: dict[str, int] = {}
-        # (code object, line) of the innermost frame -> the site's index: most looks land on
-        # a few lines (a sleep, a write), so the walk is done once per place.
-        self._cache: dict[tuple[Any, int], int] = {}
+        # The stack's (code object, line) pairs -> the site's index: most looks land on a
+        # few places (a sleep, a write), so the site is named once per place.
+        self._cache: dict[tuple[tuple[Any, int], ...], int] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="traceinspect-sampler", daemon=True)
@@ -129,12 +129,21 @@ class StackSampler:
             self._stop.wait(self.interval_s)
 
     def _index_of(self, frame: Any) -> int:
-        key = (frame.f_code, frame.f_lineno)
-        found = self._cache.get(key)
+        # The key is the whole stack's places, not the innermost frame's alone: one
+        # ``threading.Condition.wait`` line is reached from Grain's next(), Orbax's save and
+        # capture's own code alike, and keyed by it the first caller seen named them all (a
+        # Flax loop's asynchronous save was sampled "at" its next() line in 4 of 6 captures).
+        key: list[tuple[Any, int]] = []
+        f = frame
+        while f is not None and len(key) < _DEPTH:
+            key.append((f.f_code, f.f_lineno))
+            f = f.f_back
+        places = tuple(key)
+        found = self._cache.get(places)
         if found is None:
             found = self._intern(_site(frame))
             if len(self._cache) < 10_000:
-                self._cache[key] = found
+                self._cache[places] = found
         return found
 
     def _intern(self, site: str) -> int:
@@ -178,8 +187,9 @@ def _read_clock(clock: int) -> int:
 
 def _site(frame: Any) -> str:
     """``file.py:line function`` of the innermost frame of the user's own code, followed by
-    ``(in module function)`` of the innermost frame when that is a library's; ``""`` when
-    no frame of the user's is on the stack."""
+    ``(in module function)`` of the innermost frame when that is a library's, or by
+    ``(in traceinspect capture module function)`` when the thread was in capture's own
+    bookkeeping (:func:`_in_capture`); ``""`` when no frame of the user's is on the stack."""
     stack: list[Any] = []
     while frame is not None and len(stack) < _DEPTH:
         stack.append(frame)
@@ -195,8 +205,48 @@ def _site(frame: Any) -> str:
     elif _is_library(code.co_filename):
         library = f"{_file_name(code.co_filename).removesuffix('.py')} {code.co_name}"
     for test in (_is_library, _is_below_the_loop):
-        for f in stack:
+        for i, f in enumerate(stack):
             if not test(f.f_code.co_filename):
                 where = f"{_file_name(f.f_code.co_filename)}:{f.f_lineno} {f.f_code.co_name}"
+                own = _in_capture(stack[:i]) if library != "gc collect" else None
+                if own is not None:
+                    library = own
                 return f"{where} (in {library})" if library and f is not stack[0] else where
     return f"(in {library})" if library else ""
+
+
+#: capture's functions that call through to what the script called (its jitted function,
+#: Grain's next(), a host read, a pipeline stage): a look inside what they called is the
+#: script's time, not capture's.
+_PASS_THROUGH = frozenset(
+    {
+        "__next__",
+        "__call__",
+        "wrapper",
+        "timed",
+        "jit",
+        "mp_prefetch",
+        "loader_init",
+        "prefetch_init",
+        "interleave_init",
+        "batch_init",
+        "add_element_to_queue",
+    }
+)
+#: What a look in capture's own bookkeeping is named after: the analysis reads it
+#: (``CAPTURE_LOOK`` in ``analysis/user_code.py``) as capture's cost, never the script's.
+CAPTURE_LOOK = "traceinspect capture"
+
+
+def _in_capture(inner: list[Any]) -> str | None:
+    """``traceinspect capture module function`` when the frames inside the user's (``inner``,
+    innermost first) are in capture's own code: its innermost frame of ours is not a
+    pass-through wrapper calling something else (step detection, completion stamps, the
+    status file, a batch's fingerprint)."""
+    for k, f in enumerate(inner):
+        if f.f_code.co_filename.startswith(_HERE):
+            if f.f_code.co_name in _PASS_THROUGH and k > 0:
+                return None
+            module = _file_name(f.f_code.co_filename).removesuffix(".py")
+            return f"{CAPTURE_LOOK} {module} {f.f_code.co_name}"
+    return None
