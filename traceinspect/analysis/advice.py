@@ -50,7 +50,16 @@ def recommendations(
             f"time {expected:.2f} ms (then {limit} limits)."
         )
         expected_ms: float | None = round(expected, 4)
-        if occasional_sync:
+        if occasional_sync and sync_sites and "(in " in sync_sites[0]:
+            # Not the loop's own read: the sampler saw it inside a library's function.
+            expected_ms = None
+            message = (
+                f"The occasional read of a device value{where} idles the device "
+                f"{fractions['sync']:.1%} of step time: the library called there waits for "
+                "the step's values (a checkpoint's copy to the host, a metric read); call it "
+                "less often, or where it offers one, use its asynchronous form."
+            )
+        elif occasional_sync:
             expected_ms = None
             message = (
                 f"The occasional read of a device value{where} idles the device "

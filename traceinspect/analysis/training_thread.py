@@ -87,9 +87,24 @@ class HostActivity:
         if len(hit) == 0:
             return None
         first = int(hit[0])
-        start = int(waits.starts[first])
+        start, end = int(waits.starts[first]), int(waits.ends[first])
         site = self.frames.innermost_at(start) if self.frames else None
-        return waits.names[first], start, int(waits.ends[first]), site or waits.site(first)
+        return (
+            waits.names[first],
+            start,
+            end,
+            site or waits.site(first) or self._sampled(start, end),
+        )
+
+    def _sampled(self, start: int, end: int) -> str | None:
+        """Where the sampler saw the thread during a read capture did not stamp (one inside
+        a library: an Orbax save waiting for the arrays it copies): the user's line and the
+        library's function, the most looks first."""
+        samples = self.loop_code.samples if self.loop_code is not None else None
+        if samples is None:
+            return None
+        found = samples.sites_in(Intervals.union_of(np.array([start]), np.array([end])))
+        return found[0][0] if found else None
 
     def events_in(self, lo: int, hi: int, top: int = 3) -> list[tuple[str, str, int]]:
         """The ``top`` distinct event names of the training thread overlapping

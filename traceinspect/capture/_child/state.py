@@ -148,6 +148,9 @@ class _State:
     #: A status file is due (the status thread writes it), and that thread once started.
     status_wanted = False
     status_thread: threading.Thread | None = None
+    #: Each status state built is numbered; the file holds the latest written.
+    status_seq = 0
+    status_written = 0
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -307,10 +310,7 @@ class _State:
         if not path:
             return
         if force:
-            with self.status_io:
-                # A write still due would only repeat an older state over this one.
-                self.status_wanted = False
-                self._write_status_file(path, phase)
+            self._write_status_file(path, phase)
             return
         self.status_wanted = True
         if self.status_thread is None:
@@ -322,14 +322,19 @@ class _State:
     def _status_loop(self, path: str) -> None:
         while True:
             time.sleep(_STATUS_EVERY_NS / 1e9)
-            with self.status_io:
-                if self.status_wanted:
-                    self.status_wanted = False
-                    self._write_status_file(path, None)
+            if self.status_wanted:
+                self.status_wanted = False
+                self._write_status_file(path, None)
 
     def _write_status_file(self, path: str, phase: str | None) -> None:
+        """The state now (under ``lock``, which the step hook and the window's edges hold),
+        then the file (under ``status_io``, never while waiting for ``lock``: the two are
+        taken one after the other, never one inside the other), unless a later state was
+        written meanwhile."""
         with contextlib.suppress(Exception):
             with self.lock:
+                self.status_seq += 1
+                seq = self.status_seq
                 chosen = self.chosen
                 wall_ns = chosen.last_wall_ns if chosen is not None else None
                 status = {
@@ -342,8 +347,10 @@ class _State:
                     "skip_steps": self.skip,
                     "source": chosen.kind if chosen is not None else None,
                 }
-            # The file is written outside the lock, which the step hook takes.
-            _write_json_atomic(path, status)
+            with self.status_io:
+                if seq > self.status_written:
+                    self.status_written = seq
+                    _write_json_atomic(path, status)
 
     def report(self) -> ChildReportJSON:
         """What the parent adds to the sidecar (``report.build_report``)."""
