@@ -145,19 +145,12 @@ class _State:
     """Everything the capture knows about the run, and the reports made from it."""
 
     stop_requested = False
-    #: A status file is due (the status thread writes it), and that thread once started.
-    status_wanted = False
-    status_thread: threading.Thread | None = None
-    #: Each status state built is numbered; the file holds the latest written.
-    status_seq = 0
-    status_written = 0
+    status_ns = 0
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.pid = os.getpid()
         self.lock = threading.RLock()
-        # One status file writer at a time (the status thread, a forced write).
-        self.status_io = threading.Lock()
         self.phase = _WAITING
         skip = config.get("skip_steps")
         self.skip: int | None = None if skip is None else int(skip)
@@ -301,56 +294,27 @@ class _State:
 
     def write_status(self, phase: str | None = None, force: bool = False) -> None:
         """Where the capture is, for the parent's progress line and its watchdog: a small
-        file (config ``status_path``, always set by the parent). Forced (the window opens
-        or closes) it is written at once; otherwise capture's status thread writes it at
-        most every ``_STATUS_EVERY_NS``, off the training thread: a file written and
-        renamed from the step hook was 18% of a Flax loop's untraced time on its training
-        thread in the sampler's looks."""
+        file (config ``status_path``, always set by the parent) rewritten at most every
+        ``_STATUS_EVERY_NS``, and at once when the window opens or closes."""
         path = self.config.get("status_path")
-        if not path:
+        now = time.monotonic_ns()
+        if not path or (not force and now - self.status_ns < _STATUS_EVERY_NS):
             return
-        if force:
-            self._write_status_file(path, phase)
-            return
-        self.status_wanted = True
-        if self.status_thread is None:
-            self.status_thread = threading.Thread(
-                target=self._status_loop, args=(path,), name="traceinspect-status", daemon=True
-            )
-            self.status_thread.start()
-
-    def _status_loop(self, path: str) -> None:
-        while True:
-            time.sleep(_STATUS_EVERY_NS / 1e9)
-            if self.status_wanted:
-                self.status_wanted = False
-                self._write_status_file(path, None)
-
-    def _write_status_file(self, path: str, phase: str | None) -> None:
-        """The state now (under ``lock``, which the step hook and the window's edges hold),
-        then the file (under ``status_io``, never while waiting for ``lock``: the two are
-        taken one after the other, never one inside the other), unless a later state was
-        written meanwhile."""
-        with contextlib.suppress(Exception):
-            with self.lock:
-                self.status_seq += 1
-                seq = self.status_seq
-                chosen = self.chosen
-                wall_ns = chosen.last_wall_ns if chosen is not None else None
-                status = {
-                    "phase": phase or self.phase,
-                    "steps": chosen.count if chosen is not None else 0,
-                    "last_step_ms": wall_ns / 1e6 if wall_ns is not None else None,
-                    "first_step": self.window_first,
-                    "last_step": self._window_last(),
-                    "rule": self.window_rule,
-                    "skip_steps": self.skip,
-                    "source": chosen.kind if chosen is not None else None,
-                }
-            with self.status_io:
-                if seq > self.status_written:
-                    self.status_written = seq
-                    _write_json_atomic(path, status)
+        self.status_ns = now
+        with self.lock, contextlib.suppress(Exception):
+            chosen = self.chosen
+            wall_ns = chosen.last_wall_ns if chosen is not None else None
+            status = {
+                "phase": phase or self.phase,
+                "steps": chosen.count if chosen is not None else 0,
+                "last_step_ms": wall_ns / 1e6 if wall_ns is not None else None,
+                "first_step": self.window_first,
+                "last_step": self._window_last(),
+                "rule": self.window_rule,
+                "skip_steps": self.skip,
+                "source": chosen.kind if chosen is not None else None,
+            }
+            _write_json_atomic(path, status)
 
     def report(self) -> ChildReportJSON:
         """What the parent adds to the sidecar (``report.build_report``)."""
