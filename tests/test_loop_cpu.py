@@ -116,26 +116,30 @@ DEVICE = Intervals.union_of(
 )
 
 
-def test_cpu_work_while_the_device_idles_is_no_stretch() -> None:
-    # An Orbax asynchronous save: a wait for the arrays beside the running program (no CPU),
-    # then their copy to the host after it (CPU): 5 ms of CPU a step, none of it competing.
-    found = loop_cpu(_split_code(0.0, 1.0, 0.1), (0, STEPS * STEP), STEPS, 2, DEVICE)
+@pytest.mark.parametrize(
+    ("beside", "apart", "beside_cpu_ms", "cost_ms"),
+    [
+        # An Orbax asynchronous save: a wait for the arrays beside the running program (no
+        # CPU), then their copy to the host after it (CPU): none of its CPU competes.
+        (0.0, 1.0, 0.0, 0.0),
+        # The loop's CPU work while the program runs: a core's share of it is the stretch.
+        (1.0, 0.0, 5.0, 2.5),
+    ],
+)
+def test_only_the_cpu_beside_the_program_stretches_it(
+    beside: float, apart: float, beside_cpu_ms: float, cost_ms: float
+) -> None:
+    found = loop_cpu(_split_code(beside, apart, 0.1), (0, STEPS * STEP), STEPS, 2, DEVICE)
     assert found is not None
     assert found.cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
-    assert found.beside_cpu_ms_per_step == pytest.approx(0.0, abs=0.1)
-    assert found.cost_ms_per_step == pytest.approx(0.0, abs=0.05)
-    # Without the device's busy time, every ms of the loop's CPU was charged.
+    assert found.own_cpu_share == pytest.approx(0.5, abs=0.01)
+    assert found.beside_cpu_ms_per_step == pytest.approx(beside_cpu_ms, abs=0.1)
+    assert found.cost_ms_per_step == pytest.approx(cost_ms, abs=0.05)
+
+
+def test_without_the_device_s_busy_time_all_the_cpu_is_charged() -> None:
     blind = loop_cpu(_split_code(0.0, 1.0, 0.1), (0, STEPS * STEP), STEPS, 2)
     assert blind is not None and blind.cost_ms_per_step == pytest.approx(2.5, abs=0.1)
-
-
-def test_cpu_work_beside_the_program_is_its_stretch() -> None:
-    found = loop_cpu(_split_code(1.0, 0.0, 0.1), (0, STEPS * STEP), STEPS, 2, DEVICE)
-    assert found is not None
-    assert found.cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
-    assert found.beside_cpu_ms_per_step == pytest.approx(5.0, abs=0.1)
-    assert found.cost_ms_per_step == pytest.approx(2.5, abs=0.05)
-    assert found.own_cpu_share == pytest.approx(0.5, abs=0.01)
 
 
 def test_own_code_all_beside_the_program_costs_as_before() -> None:
