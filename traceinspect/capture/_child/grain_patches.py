@@ -17,7 +17,6 @@ from ._base import ANN_NEXT_BATCH, SOURCE_GRAIN, TIMING_LOADER, TIMING_TARGET, _
 from .grain_hints import grain_method_hint, workers_vs_files_hint
 from .grain_probe import _on_class_tree, _time_stages, _worker_probe
 from .hooks import _wrap_method
-from .profiler import PROFILER_ON
 from .window import _TRACING, _Capture
 
 __all__ = [
@@ -310,8 +309,7 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
         cap.grain_worker_profiling = _enable_worker_profiling()
     if cap.timing is None:
         # Not in a phase of isolate: its steps are timed as they run, without our wrappers.
-        # Timed while the profiler is on only: the untraced steps stay the script's own.
-        cap.stage_table = _time_stages(False, PROFILER_ON)
+        cap.stage_table = _time_stages(False)
 
 
 def _plain(value: Any) -> Any:

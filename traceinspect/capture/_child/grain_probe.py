@@ -41,7 +41,7 @@ _on_class_tree.__module__ = "__main__"
 StageTable = dict[str, dict[str, list[int]]]
 
 
-def _time_stages(in_worker: bool, gate: list[bool] | None = None) -> Callable[[], StageTable]:
+def _time_stages(in_worker: bool) -> Callable[[], StageTable]:
     """Time the stages of Grain pipelines in this process; return a function that gives the
     cumulative table so far (where -> stage -> [self ns, calls]).
 
@@ -53,14 +53,6 @@ def _time_stages(in_worker: bool, gate: list[bool] | None = None) -> Callable[[]
     ``preprocessing``. Where: ``workers`` in an ``mp_prefetch`` worker, else ``main`` on the
     main thread and ``threads`` on any other. Each thread adds to its own table, so no
     increment is lost between threads.
-
-    ``gate`` (the training process's: whether the profiler is on, capture's
-    ``profiler.PROFILER_ON``): while it holds False the wrappers only call through. The
-    window's stage figures come from snapshots at its edges, and untimed, the untraced steps
-    are the script's own: timed every step, the wrappers around each record's calls cost a
-    3 ms step of a Grain map + batch pipeline on two read threads 1 ms (4.72 ms against
-    3.78 untimed and 3.61 without capture, medians of 4; benchmarks/capture_overhead.py).
-    Worker processes time always (no gate): their tables are read at the window's edges.
 
     Installed once per process (the table function is kept on Grain's dataset module).
     Self-contained (imports inside; its one module global, :func:`_on_class_tree`, is pickled
@@ -122,8 +114,6 @@ def _time_stages(in_worker: bool, gate: list[bool] | None = None) -> Callable[[]
 
         @_functools.wraps(orig)
         def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if gate is not None and not gate[0]:
-                return orig(self, *args, **kwargs)
             table, stack, where = own()
             inner = [0]
             stack.append(inner)

@@ -23,11 +23,6 @@ def host_file_name(name: str, host: str) -> str:
     return name
 
 
-#: Whether capture's profiler is on (the early trace or the window), for what capture does
-#: only while it traces (the Grain stage timers: ``grain_probe._time_stages``).
-PROFILER_ON = [False]
-
-
 def start_profiler(config: dict[str, Any], export_dir: str) -> bool:
     """Start jax's profiler writing to ``export_dir`` with capture's tracer levels; whether
     the device tracer's level could be set (jax before 0.7 has no such option). Raises
@@ -45,7 +40,6 @@ def start_profiler(config: dict[str, Any], export_dir: str) -> bool:
         applied = True
     pathlib.Path(export_dir).mkdir(parents=True, exist_ok=True)
     jax.profiler.start_trace(export_dir, profiler_options=options)
-    PROFILER_ON[0] = True
     return applied
 
 
@@ -54,7 +48,6 @@ def stop_profiler() -> None:
     import jax.profiler
 
     jax_profiler: Any = jax.profiler
-    PROFILER_ON[0] = False
     jax_profiler.stop_trace()
 
 
