@@ -4,6 +4,7 @@ untraced time inside its steps with what capture's stack sampler saw there."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -43,6 +44,11 @@ class SampledStack:
         cpu = None if samples.cpu_ns is None else np.asarray(samples.cpu_ns, dtype=np.int64)[order]
         return cls(t[order], np.asarray(samples.site, dtype=np.int64)[order], samples.sites, cpu)
 
+    @cached_property
+    def _ours(self) -> np.ndarray:
+        """One bool per site: a look in capture's own bookkeeping."""
+        return np.array([is_capture_look(s) for s in self.sites], dtype=bool)
+
     def _counts_in(self, spans: Intervals) -> np.ndarray:
         """Looks inside ``spans``, per site."""
         if len(spans) == 0 or len(self.t_ns) == 0:
@@ -51,28 +57,34 @@ class SampledStack:
         inside = (k >= 0) & (self.t_ns < spans.ends[np.maximum(k, 0)])
         return np.bincount(self.site[inside], minlength=len(self.sites))
 
+    def looks_in(self, spans: Intervals) -> tuple[list[tuple[str, int]], float]:
+        """:meth:`sites_in` and :meth:`capture_share` of ``spans``, its looks counted once."""
+        counts = self._counts_in(spans)
+        return self._sites_of(counts), self._share_of(counts)
+
     def sites_in(self, spans: Intervals) -> list[tuple[str, int]]:
         """(site, samples) of the samples inside ``spans``, the most frequent first; samples
         outside any of the user's frames, and those in capture's own bookkeeping, are left
         out."""
-        counts = self._counts_in(spans)
-        order = np.argsort(-counts, kind="stable")
-        return [
-            (self.sites[i], int(counts[i]))
-            for i in order.tolist()
-            if counts[i] and self.sites[i] and not is_capture_look(self.sites[i])
-        ]
+        return self._sites_of(self._counts_in(spans))
 
     def capture_share(self, spans: Intervals) -> float:
         """Of the looks inside ``spans``, the share in capture's own bookkeeping (step
         detection, completion stamps, its status file): time the script does not spend
         without the profiler."""
-        counts = self._counts_in(spans)
+        return self._share_of(self._counts_in(spans))
+
+    def _sites_of(self, counts: np.ndarray) -> list[tuple[str, int]]:
+        order = np.argsort(-counts, kind="stable")
+        return [
+            (self.sites[i], int(counts[i]))
+            for i in order.tolist()
+            if counts[i] and self.sites[i] and not self._ours[i]
+        ]
+
+    def _share_of(self, counts: np.ndarray) -> float:
         total = int(counts.sum())
-        if not total:
-            return 0.0
-        ours = sum(int(counts[i]) for i, s in enumerate(self.sites) if is_capture_look(s))
-        return ours / total
+        return int(counts[self._ours].sum()) / total if total else 0.0
 
 
 #: How capture's sampler names a look in capture's own code (``capture/_child/sampler.py``:
@@ -103,8 +115,10 @@ class LoopCode:
         of the sampler's looks in it) is not the loop's and is left out."""
         part = self.spans.clip(lo, hi)
         total = part.total
+        sites: list[tuple[str, int]] = []
         if total > 0 and self.samples is not None:
-            total = round(total * (1.0 - self.samples.capture_share(part)))
+            sites, ours = self.samples.looks_in(part)
+            total = round(total * (1.0 - ours))
         if total <= 0:
             return None
         # Where: after the last stamped event that ended before the longest stretch began.
@@ -112,7 +126,6 @@ class LoopCode:
         at = int(part.starts[longest])
         k = int(np.searchsorted(self.marks_end, at, side="right")) - 1
         where = _WHERE[self.marks_kind[k]] if k >= 0 else "before anything else of the step"
-        sites = self.samples.sites_in(part) if self.samples is not None else []
         return total, where, sites
 
 
