@@ -217,7 +217,10 @@ def _recommend(inputs: WorkerInputs, stall_ms: float | None = None) -> dict[str,
     rec["expected_step_ms"] = round(
         expected_without("input", cost / value, {"pace": pace, "stall": stall_ms}), 3
     )
-    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0))
+    at_current = (
+        expected_without("input", cost / m, {"pace": pace, "stall": stall_ms}) if m >= 1 else None
+    )
+    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0), at_current)
     value = rec["value"]
     if by_read and pace >= cost / value:
         rec["read_limits"] = True

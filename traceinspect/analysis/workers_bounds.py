@@ -90,17 +90,26 @@ def _pace(
     )
 
 
-def _never_slower(rec: dict[str, Any], measured_ms: float) -> str:
-    """Keep the count in use where the count the model chose expects a step slower than the
-    one just measured (``measured_ms``, the run's step): the model's floors are lower bounds,
-    and a change it expects to lose time is no advice (Grain's tutorial loop, told 3 workers
-    and captured again at 37.3 ms a step, was told "at most 2 ... expected 52.39 ms").
+def _never_slower(rec: dict[str, Any], measured_ms: float, current_ms: float | None = None) -> str:
+    """Keep the count in use where the count the model chose expects a step slower than both
+    the one just measured (``measured_ms``, the run's step) and the one the same model
+    expects at the count in use (``current_ms``; None: not known): the model's floors are
+    lower bounds, and a change it expects to lose time is no advice (Grain's tutorial loop,
+    told 3 workers and captured again at 37.3 ms a step, was told "at most 2 ... expected
+    52.39 ms", its workers' batch over 2). A floor that lies above the measured step bounds
+    every count alike and says nothing about the change: there the count stands on its own
+    terms, its expected step the one measured (MaxText's tiny config at 4 idle workers, its
+    device's 391 ms of work per step a mean over a window whose typical step was 2% above
+    it, was told to keep 4 in 1 of 4 CI captures where the mean crossed the typical step).
     Returns the clause the reason adds ("" where the count stands)."""
     value, current, expected = rec["value"], rec["current"], rec["expected_step_ms"]
     if value is None or current is None or value == current or measured_ms <= 0:
         return ""
     # Both as printed (the expected step is rounded to the µs).
     if expected is None or expected <= round(measured_ms, 3):
+        return ""
+    if current_ms is not None and expected <= round(current_ms, 3):
+        rec["expected_step_ms"] = round(measured_ms, 3)
         return ""
     rec["value"] = current
     rec["expected_step_ms"] = round(measured_ms, 3)

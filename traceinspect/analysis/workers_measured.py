@@ -78,7 +78,8 @@ def _from_measurement(
     rec["bounded_by"] = bound
     floors = {"pace": d, "workers_cpu": cpu_ms / cores, "stall": stall_ms}
     rec["expected_step_ms"] = round(expected_without("input", w / value, floors), 3)
-    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0))
+    at_current = expected_without("input", w / m, floors) if m >= 1 else None
+    kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0), at_current)
     value = rec["value"]
     if by_read and d >= max(w / value, cpu_ms / cores):
         rec["read_limits"] = True
