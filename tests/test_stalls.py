@@ -202,3 +202,35 @@ def test_steps_the_profiler_slowed_are_no_strays() -> None:
     assert recurring_stall(run) is None
     found = recurring_stall(run, frozenset(range(2, 82)))
     assert found is not None and found.period == 10
+
+
+def test_the_windows_steps_slowed_by_the_profiler_are_measured_against_the_rest() -> None:
+    """A checkpoint every 10 steps; the early trace (steps 2-90) and the window (100-119)
+    ran 4x slower (120 ms against 30: XLA's CPU backend under a long trace, the Flax NNX +
+    Orbax loop's 4.0-4.5x). The slowdown is the window's median against the unprofiled
+    steps' (the early trace's steps count on neither side), stalls and their neighbours
+    left out."""
+    slow = set(range(2, 91)) | set(range(100, 120))
+    step_ms = [(120.0 if i in slow else 30.0) + (300.0 if i % 10 == 9 else 0.0) for i in range(300)]
+    window = frozenset(range(100, 120))
+    stall = recurring_stall(_run(step_ms), frozenset(slow), window)
+    assert stall is not None and stall.period == 10
+    assert stall.traced_slowdown == pytest.approx(4.0)
+    assert stall.to_dict()["traced_slowdown"] == 4.0
+    # No window, or a window no slower than the rest: 1.0.
+    assert recurring_stall(_run(step_ms), frozenset(slow)).traced_slowdown == 1.0
+    even = [30.0 + (300.0 if i % 10 == 9 else 0.0) for i in range(300)]
+    assert recurring_stall(_run(even), window, window).traced_slowdown == 1.0
+
+
+def test_the_windows_floors_in_the_runs_pace() -> None:
+    from traceinspect.analysis.counterfactual import expected_without, run_floors
+
+    floors = {"device": 120e6, "input": 8e6, "stall": 30e6}
+    scaled = run_floors(floors, 4.0)
+    # The device's and the input's work over the slowdown; the stall's time is the run's.
+    assert scaled == {"device": 30e6, "input": 2e6, "stall": 30e6}
+    assert run_floors(floors, 1.0) == floors and run_floors(floors, 0.5) == floors
+    # The run's step without its checkpoints (27 ms from the step log) is then bounded by
+    # the device's 30 ms in the run's pace, not 120.
+    assert expected_without("stall", 27e6, scaled) == pytest.approx(30e6)

@@ -105,9 +105,13 @@ def test_the_synchronous_checkpoints_stall_recurs_every_10_steps_and_is_a_checkp
     advice = analysis.recommendations[0]
     assert advice.kind == "recurring_stall", analysis.recommendations
     assert "Checkpoint asynchronously" in advice.message, advice.message
-    # The run without its checkpoints: at least the device's work per step.
+    # The run without its checkpoints: at least the device's work per step, in the run's
+    # pace (the profiler slowed the window's steps 1.3-1.5x, 4.0-4.5x in 3 of 8 captures
+    # whose trace ran long: orbax_MEASUREMENTS.md).
     assert advice.expected_step_ms is not None
-    assert analysis.device_busy_ms_per_step <= advice.expected_step_ms
+    slowdown = stall["traced_slowdown"]
+    assert slowdown >= 1.0, stall
+    assert analysis.device_busy_ms_per_step / slowdown <= advice.expected_step_ms
     assert advice.expected_step_ms < stall["run_mean_step_ms"]
 
 

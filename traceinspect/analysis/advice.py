@@ -13,7 +13,12 @@ from traceinspect.analysis.advice_causes import (
     stall_advice,
     with_stall_advice,
 )
-from traceinspect.analysis.counterfactual import expected_without, read_floor_ns, reads_every_step
+from traceinspect.analysis.counterfactual import (
+    expected_without,
+    read_floor_ns,
+    reads_every_step,
+    run_floors,
+)
 from traceinspect.analysis.detectors import Found, stage_batch_ms
 from traceinspect.analysis.input_stages import stage_advice
 from traceinspect.analysis.measure import Measured
@@ -176,6 +181,13 @@ def _idle_advice(
     # counterfactual adds their time per step back to every expected step.
     stall = found.get("stall")
     step_ms = stall.detail.stall.expected_ns / 1e6 if stall is not None else m.summary.typical_ms
+    # The device's work per step in the same pace as that step (the run's, where a stall
+    # sets it: the window's figure over how much slower the profiler ran its steps).
+    device_ns = (
+        run_floors(floors, stall.detail.stall.traced_slowdown)["device"] or 0.0
+        if stall is not None
+        else m.device_ns
+    )
     stall_ms = floors["stall"] / 1e6 if floors["stall"] else None
     # Where the loop reads a device value every step, the step it runs at with its input
     # free: the worker count is sized to that pace, and its expected step never goes below
@@ -186,7 +198,7 @@ def _idle_advice(
             worker_inputs(
                 verdict,
                 step_ms=step_ms,
-                device_busy_ms=m.device_ns / 1e6,
+                device_busy_ms=device_ns / 1e6,
                 input_wait_ms=m.input_ns / 1e6,
                 sidecar=sidecar,
                 stage_batch_ms=stage_batch_ms(stages),

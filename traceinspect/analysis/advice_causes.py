@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from traceinspect import schema as S
 from traceinspect.analysis.callbacks import Callbacks
-from traceinspect.analysis.counterfactual import expected_without, gains_nothing
+from traceinspect.analysis.counterfactual import expected_without, gains_nothing, run_floors
 from traceinspect.analysis.detectors import Found, Stall
 from traceinspect.analysis.explain import callback_what
 from traceinspect.analysis.loop_cpu import LoopCpu
@@ -133,7 +133,10 @@ def with_stall_advice(
 def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
     """What to do about the stall, with the run's step time expected without it."""
     stall, nature = found.stall, found.nature
-    expected = expected_without("stall", stall.expected_ns, floors) / 1e6
+    expected = (
+        expected_without("stall", stall.expected_ns, run_floors(floors, stall.traced_slowdown))
+        / 1e6
+    )
     cost = f"{stall.cost_ns / 1e6:,.0f} ms every {stall.period} steps"
     fixes = {
         "checkpoint": (

@@ -72,6 +72,23 @@ def expected_without(cause: str, remaining: float, floors: Mapping[str, float | 
     return step + sum(added)
 
 
+#: The floors measured in the traced window, in its pace (the others are the run's).
+TRACED_FLOORS = frozenset({"device", "input"})
+
+
+def run_floors(floors: Mapping[str, float | None], slowdown: float) -> dict[str, float | None]:
+    """The window's floors in the run's pace, for a figure over the whole run (a recurring
+    stall's step without it): those of :data:`TRACED_FLOORS`, measured under the profiler,
+    over how much slower it ran the window's steps than the unprofiled ones (``slowdown``,
+    :attr:`~traceinspect.analysis.stalls.RecurringStall.traced_slowdown`; at most 1.0
+    leaves them as they are)."""
+    if slowdown <= 1.0:
+        return dict(floors)
+    return {
+        k: (v / slowdown if k in TRACED_FLOORS and v is not None else v) for k, v in floors.items()
+    }
+
+
 def gains_nothing(
     cause: str, floors: Mapping[str, float | None], untraced_ns: float | None
 ) -> bool:

@@ -74,7 +74,8 @@ def stall(m: Measured) -> Found | None:
     sidecar = m.trace.sidecar
     if sidecar is None:
         return None
-    found = recurring_stall(sidecar.steps, profiled_steps(sidecar))
+    window = frozenset(s.index for s in sidecar.steps if s.traced)
+    found = recurring_stall(sidecar.steps, profiled_steps(sidecar), window)
     if found is None or found.share < MATTERS:
         return None
     base = m.trace.metadata.get("profile_start_time")
