@@ -218,9 +218,11 @@ def test_the_windows_steps_slowed_by_the_profiler_are_measured_against_the_rest(
     assert stall.traced_slowdown == pytest.approx(4.0)
     assert stall.to_dict()["traced_slowdown"] == 4.0
     # No window, or a window no slower than the rest: 1.0.
-    assert recurring_stall(_run(step_ms), frozenset(slow)).traced_slowdown == 1.0
+    unwindowed = recurring_stall(_run(step_ms), frozenset(slow))
+    assert unwindowed is not None and unwindowed.traced_slowdown == 1.0
     even = [30.0 + (300.0 if i % 10 == 9 else 0.0) for i in range(300)]
-    assert recurring_stall(_run(even), window, window).traced_slowdown == 1.0
+    steady = recurring_stall(_run(even), window, window)
+    assert steady is not None and steady.traced_slowdown == 1.0
 
 
 def test_the_windows_floors_in_the_runs_pace() -> None:
