@@ -74,8 +74,7 @@ def stall(m: Measured) -> Found | None:
     sidecar = m.trace.sidecar
     if sidecar is None:
         return None
-    window = frozenset(s.index for s in sidecar.steps if s.traced)
-    found = recurring_stall(sidecar.steps, profiled_steps(sidecar), window)
+    found = recurring_stall(sidecar.steps, profiled_steps(sidecar), window_steps(sidecar))
     if found is None or found.share < MATTERS:
         return None
     base = m.trace.metadata.get("profile_start_time")
@@ -111,11 +110,16 @@ def _pipeline_pace(m: Measured, found: RecurringStall, workers: int | None) -> b
     return found.period <= max(2, workers or 0)
 
 
+def window_steps(sidecar: Sidecar) -> frozenset[int]:
+    """The steps of the traced window (capture's ``traced`` steps)."""
+    return frozenset(s.index for s in sidecar.steps if s.traced)
+
+
 def profiled_steps(sidecar: Sidecar) -> frozenset[int]:
     """The steps capture ran under the profiler: the window's, and the early trace's (from
     step 2 until the run was first steady: a Flax NNX + Orbax loop's steps 49-101, slowed
     by it, hid its checkpoint every 10 steps as strays)."""
-    traced = {s.index for s in sidecar.steps if s.traced}
+    traced = set(window_steps(sidecar))
     early: dict[str, Any] = dict(sidecar.data.get("early_trace") or {})
     first, last = early.get("first_step"), early.get("last_step")
     if isinstance(first, int) and isinstance(last, int) and last >= first:

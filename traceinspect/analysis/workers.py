@@ -214,12 +214,9 @@ def _recommend(inputs: WorkerInputs, stall_ms: float | None = None) -> dict[str,
     rec["value"] = value
     rec["bounded_by"] = bound
     # With `value` workers a batch is ready every cost/value ms, never faster than the device.
-    rec["expected_step_ms"] = round(
-        expected_without("input", cost / value, {"pace": pace, "stall": stall_ms}), 3
-    )
-    at_current = (
-        expected_without("input", cost / m, {"pace": pace, "stall": stall_ms}) if m >= 1 else None
-    )
+    floors = {"pace": pace, "stall": stall_ms}
+    rec["expected_step_ms"] = round(expected_without("input", cost / value, floors), 3)
+    at_current = expected_without("input", cost / m, floors) if m >= 1 else None
     kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0), at_current)
     value = rec["value"]
     if by_read and pace >= cost / value:
