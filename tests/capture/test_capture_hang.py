@@ -118,8 +118,10 @@ def test_workers_that_run_the_script_again_are_named_and_the_script_stopped(
     assert took < 60
     assert not left, f"left running: {left}"
     (said,) = _said(tmp_path, "no step for")
-    assert "a Grain worker process exited (exit code 1): " in said, said
-    assert "UnparsedFlagAccessError" in said, said
+    # On a failure, what the script and its workers wrote: which traceback was missed.
+    why = f"{said}\n--- stderr ---\n{(tmp_path / 'err.txt').read_text()[-6000:]}"
+    assert "a Grain worker process exited (exit code 1): " in said, why
+    assert "UnparsedFlagAccessError" in said, why
     rerun = "Grain's workers run your script again as they start"
     assert said.endswith(f"{rerun}: {_FIX}; stopping the script"), said
     sidecar = _sidecar(tmp_path)

@@ -255,8 +255,20 @@ def _sigkill_capture(tmp_path: Path, *script_args: str, kill_grace_s: float = 20
     finally:
         _kill_all(processes)
     run_dir = next((tmp_path / "logs" / "plugins" / "profile").iterdir())
-    assert list(run_dir.glob("*.xplane.pb")), "the trace was lost"
+    assert list(run_dir.glob("*.xplane.pb")), f"the trace was lost: {_what_was_left(tmp_path)}"
     return left
+
+
+def _what_was_left(tmp_path: Path) -> str:
+    """For a failure's message: the files under the log directory and what the script's
+    capture wrote in its report (the capture process died before it read it)."""
+    logs = tmp_path / "logs"
+    files = sorted(str(p.relative_to(logs)) for p in logs.rglob("*") if p.is_file())
+    said = []
+    for report in logs.glob(".traceinspect-tmp-*/report.json"):
+        data = json.loads(report.read_text())
+        said += [*data.get("partial_reasons", []), *data.get("notes", [])]
+    return f"files {files}; the script's capture said {said}"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

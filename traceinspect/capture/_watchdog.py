@@ -46,6 +46,10 @@ WATCH_EVERY_S = 1.0
 #: last ``MAIN_IDLE_WINDOW_S`` (or the floor, if shorter): a compilation or a loop of its
 #: own keeps it busy, a wait on a queue or a lock does not.
 MAIN_IDLE_SHARE = 0.1
+#: How long after a failed worker was seen dead its traceback is waited for, when none has
+#: come: a process writes it before it exits, but capture reads the script's stderr in a
+#: thread of its own, which a loaded machine can hold back.
+TRACEBACK_WAIT_S = 2 * WATCH_EVERY_S
 MAIN_IDLE_WINDOW_S = 10.0
 _PROC = Path("/proc")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -291,19 +295,31 @@ class Watchdog:
             return None
         # Ended since the last step (one look of slack: both are seen at a look).
         since = self.step_at - WATCH_EVERY_S
-        worker_tb = self.tracebacks.last(since, worker=True)
-        # A process first seen dead is taken for a worker when a worker's traceback came.
         ended = [
             p
             for p in self.known.values()
-            if (p.worker or (p.worker is None and worker_tb is not None))
-            and p.ended_at is not None
-            and p.ended_at >= since
+            if p.worker is not False and p.ended_at is not None and p.ended_at >= since
         ]
-        failed = [p for p in ended if p.failed() or (p.failed() is None and worker_tb)]
+        if not ended:
+            return None
+        # A process's traceback came while it lived: from a look before it was first seen,
+        # which may be before the last step (a step counted as the script began waiting).
+        lived_from = min(p.seen_at for p in ended) - WATCH_EVERY_S
+        worker_tb = self.tracebacks.last(lived_from, worker=True)
+        # A process first seen dead is taken for a worker when a worker's traceback came.
+        failed = [
+            p
+            for p in ended
+            if (p.worker or worker_tb is not None)
+            and (p.failed() or (p.failed() is None and worker_tb is not None))
+        ]
         if not failed or not self._main_waiting(now):
             return None
-        return self._say(stalled_s, failed[0], worker_tb or self.tracebacks.last(since))
+        tb = worker_tb or self.tracebacks.last(lived_from)
+        last_ended = max(p.ended_at or now for p in failed)
+        if tb is None and now - last_ended < TRACEBACK_WAIT_S:
+            return None  # what it said may still be in the pipe: one more look
+        return self._say(stalled_s, failed[0], tb)
 
     def _say(self, stalled_s: float, process: _Process, tb: Traceback | None) -> str:
         grain = self.source == "grain" or (
