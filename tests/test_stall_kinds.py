@@ -13,12 +13,14 @@ import pytest
 from traceinspect.analysis import detectors
 from traceinspect.analysis.stall_kinds import (
     StallNature,
+    _programs_work,
     is_logging,
     network_share,
     occurrence_spans,
     run_kind,
 )
 from traceinspect.analysis.stalls import RecurringStall, recurring_stall
+from traceinspect.intervals import Intervals
 from traceinspect.sidecar import HostStep, RunEvents
 
 MS = 1_000_000
@@ -152,3 +154,33 @@ def test_a_pipeline_slow_on_every_batch_is_no_recurring_stall() -> None:
     fast = SimpleNamespace(workers=2, worker_batch_ms=6.0)
     assert not detectors._pipeline_pace(_measured(fast), switch, 2)
     assert not detectors._pipeline_pace(_measured(None), switch, 2)
+
+
+@pytest.mark.parametrize(
+    ("work_ms", "evaluation_size"),
+    [
+        # The family's evaluation of 5 batches scored on the host: 12-16 ms of forward passes
+        # in each 54-60 ms occurrence.
+        ([12.3, 13.2, 11.9, 11.7], True),
+        # Flax NNX's metrics.compute() beside every Orbax save: 12 element-wise programs run
+        # inline on the calling thread, nothing on the device's lines.
+        ([0.0, 0.0, 0.0, 0.0, 0.0], False),
+        # Work in one occurrence of four is not most of them.
+        ([20.0, 0.0, 0.0, 0.0], False),
+        # Just over and under a twentieth of the 54 ms an occurrence costs.
+        ([2.8, 2.8, 2.8], True),
+        ([2.6, 2.6, 2.6], False),
+        # A trace without execution ids (GPU kernels) cannot say: the calls decide.
+        (None, True),
+    ],
+)
+def test_an_evaluation_does_device_work_of_its_size(
+    work_ms: list[float] | None, evaluation_size: bool
+) -> None:
+    # A stall of 54 ms every 20 steps of 8 ms: 54 ms above the median step.
+    stall = _found(_run(_stalling(200, 20, 54.0)))
+    assert stall.cost_ns == pytest.approx(54 * MS, rel=0.01)
+    spans = Intervals.union_of(np.array([0], np.int64), np.array([1], np.int64))
+    work = None if work_ms is None else np.array(work_ms) * MS
+    assert _programs_work(stall, spans, lambda _: work) is evaluation_size
+    assert _programs_work(stall, spans, None) is True

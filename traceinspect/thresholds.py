@@ -129,6 +129,13 @@ STAMPED_SHARE: Final = 0.5
 #: less than this share of the stalled steps' time, busy with them the rest (chosen, not
 #: measured).
 EVALUATION_IDLE: Final = 0.5
+#: ... and only when those programs' device work took at least this share of what an
+#: occurrence cost, in most occurrences: an evaluation's forward passes are real work (the
+#: family's 5 batches scored on the host: 22-28% of each 54-60 ms occurrence, 5 of 5), a
+#: metrics computation's element-wise programs are not (Flax NNX's ``metrics.compute()``
+#: beside every Orbax save: 12 calls, 0 ms on the device's lines, 10 of 10 occurrences;
+#: they run inline on the calling thread). A twentieth: 4x under the evaluation's least.
+EVALUATION_WORK: Final = 0.05
 #: An evaluation stall is host-bound (its results scored on the host while the device waits)
 #: when the loop's own code took at least this share of what an occurrence cost, else
 #: device-bound: most of it, a half (chosen, not measured; the family's evaluation of 5
@@ -154,6 +161,7 @@ REGISTRY["GAP_LINE_FIRST"] = GAP_LINE_FIRST
 REGISTRY["CORE_WAIT_NOTE"] = CORE_WAIT_NOTE
 REGISTRY["STAMPED_SHARE"] = STAMPED_SHARE
 REGISTRY["EVALUATION_IDLE"] = EVALUATION_IDLE
+REGISTRY["EVALUATION_WORK"] = EVALUATION_WORK
 REGISTRY["EVALUATION_HOST"] = EVALUATION_HOST
 
 #: Device work that starts after the traced steps, no later than this (ns) after the last

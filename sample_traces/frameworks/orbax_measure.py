@@ -33,6 +33,9 @@ COMPUTE = ("--hidden", "512", "--batch", "512")
 CONFIGS: dict[str, tuple[str, ...]] = {
     # (a) The heavy model saved synchronously every 10 steps: the loop waits for each write.
     "sync": (*HEAVY, "--checkpoint", "sync"),
+    # The same with the metrics computed at every save (``metrics.compute()`` and reset
+    # every 10 steps): a checkpoint still, not an evaluation.
+    "sync-metrics": (*HEAVY, "--checkpoint", "sync", "--metrics-every", "10"),
     # (b) The same saved asynchronously: the write runs beside the next steps.
     "async": (*HEAVY, "--checkpoint", "async"),
     # The same without checkpoints, and its device's step alone (one prebuilt batch).

@@ -115,6 +115,21 @@ def test_the_synchronous_checkpoints_stall_recurs_every_10_steps_and_is_a_checkp
     assert advice.expected_step_ms < stall["run_mean_step_ms"]
 
 
+def test_a_checkpoint_beside_a_metrics_computation_is_named_a_checkpoint(
+    captured: Callable[[str], Captured],
+) -> None:
+    """``metrics.compute()`` at every save runs a dozen element-wise programs beside it
+    (named an evaluation, 2 of 2 captures, before ``EVALUATION_WORK``): their device work is
+    no evaluation's, and the stall is the checkpoint, with its fix."""
+    analysis, _ = captured("sync-metrics")
+    stall = analysis.recurring_stall
+    assert stall is not None, analysis.summary
+    assert stall["period_steps"] == CHECKPOINT_EVERY, stall
+    assert stall["what"] == "checkpoint", stall
+    (advice,) = [r for r in analysis.recommendations if r.kind == "recurring_stall"]
+    assert "Checkpoint asynchronously" in advice.message, advice.message
+
+
 def test_an_asynchronous_checkpoint_every_10_steps_is_device_bound(
     captured: Callable[[str], Captured],
 ) -> None:

@@ -15,7 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
+
 from traceinspect.analysis.callbacks import Callbacks, host_callbacks
+from traceinspect.analysis.executions import others_work_in
 from traceinspect.analysis.input_stages import PIPELINE_STAGES, InputStages
 from traceinspect.analysis.loop_cpu import LoopCpu, loop_cpu
 from traceinspect.analysis.measure import Measured
@@ -78,6 +81,7 @@ def stall(m: Measured) -> Found | None:
     if found is None or found.share < MATTERS:
         return None
     base = m.trace.metadata.get("profile_start_time")
+    work_rows = np.array(m.activity.work_line_rows, dtype=np.int64)
     workers = sidecar.grain.worker_count if sidecar.grain is not None else None
     nature = stall_nature(
         found,
@@ -88,6 +92,7 @@ def stall(m: Measured) -> Found | None:
         m.host,
         sidecar.run_events,
         workers,
+        lambda spans: others_work_in(m.trace, work_rows, spans),
     )
     if nature.kind == "input" and _pipeline_pace(m, found, workers):
         return None

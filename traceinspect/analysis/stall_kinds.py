@@ -13,7 +13,7 @@ work between steps there) to that completion.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +30,7 @@ from traceinspect.sidecar import HostStep, RunEvents
 from traceinspect.thresholds import (
     EVALUATION_HOST,
     EVALUATION_IDLE,
+    EVALUATION_WORK,
     GC_STALL_SHARE,
     NETWORK_LOOKS,
     STALL_READ_EARLY_NS,
@@ -193,6 +194,7 @@ def stall_nature(
     host: HostActivity,
     events: RunEvents | None = None,
     workers: int | None = None,
+    others_work: Callable[[Intervals], np.ndarray | None] | None = None,
 ) -> StallNature:
     """What the stall is: a kind the run's ``events`` show (an epoch restart, garbage
     collection), else what its occurrences inside the analysed steps show (``base_ns``: the
@@ -223,7 +225,7 @@ def stall_nature(
     host_share = own_ns / (len(chosen) * stall.cost_ns) if stall.cost_ns > 0 else 1.0
     # An evaluation runs its programs in (most of) its occurrences: a metrics computation
     # beside one checkpoint in four (12 small programs once) is no evaluation.
-    ran_others = _most([n > 0 for n in each])
+    ran_others = _most([n > 0 for n in each]) and _programs_work(stall, spans, others_work)
     evaluating = _most([n >= EVALUATION_CALLS for n in each])
     if from_run is not None:
         kind = from_run
@@ -238,6 +240,20 @@ def stall_nature(
     else:
         kind = top
     return StallNature(kind, len(chosen), read_site, where, sampled, programs, host_share, workers)
+
+
+def _programs_work(
+    stall: RecurringStall,
+    spans: Intervals,
+    others_work: Callable[[Intervals], np.ndarray | None] | None,
+) -> bool:
+    """Whether the other programs around the occurrences did device work of an evaluation's
+    size (``EVALUATION_WORK`` of what an occurrence cost, in most of them); True where the
+    trace cannot say (no execution ids: GPU kernels here)."""
+    work = others_work(spans) if others_work is not None else None
+    if work is None or len(work) == 0:
+        return True
+    return _most([w >= EVALUATION_WORK * stall.cost_ns for w in work.tolist()])
 
 
 def _sampled(
