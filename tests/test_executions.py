@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import xspace as X
 from hypothesis import given
 from hypothesis import strategies as st
+from xspace import Ev, ms
 
-from traceinspect.analysis.executions import _offset
+import traceinspect
+from traceinspect.analysis.executions import _offset, others_work_in
+from traceinspect.backends.detect import xla_cpu_line_rows
+from traceinspect.intervals import Intervals
 
 
 def _simulate(
@@ -55,3 +62,47 @@ def test_a_device_that_never_idles_links_causally() -> None:
 def test_no_offset_when_executions_precede_every_dispatch() -> None:
     assert _offset(np.array([100.0, 200.0]), np.array([1.0, 2.0, 3.0])) == 3
     assert _offset(np.array([100.0]), np.array([])) == 0
+
+
+def _program_op(name: str, module: str, start: float, dur: float, run_id: int) -> Ev:
+    return Ev(name, ms(start), ms(dur), {"hlo_op": name, "hlo_module": module, "run_id": run_id})
+
+
+def test_the_other_programs_work_in_each_span(tmp_path: Path) -> None:
+    """Four 10 ms steps of ``jit_step`` (8 ms of ops each); in step 1 an evaluation's two
+    forward passes (``jit_eval_step``, 3 ms each, overlapping ops of one execution counted
+    once); in step 3 a metrics division (``jit_true_divide``, 0.05 ms). Each span gets the
+    work of the executions of the other programs that began in it, the step's own left out."""
+    xs = X.space()
+    plane = X.add_plane(xs, "/host:CPU")
+    host = [Ev("train", ms(10 * i), ms(10), {"step_num": i}) for i in range(4)]
+    plane.line("train.py", 0, host)
+    ops = []
+    for i in range(4):
+        ops.append(_program_op("fusion.1", "jit_step", 10 * i + 1, 8.0, i))
+    ops += [
+        _program_op("dot.1", "jit_eval_step", 19.2, 0.3, 0),
+        _program_op("dot.1", "jit_eval_step", 19.3, 3.0, 0),  # overlaps: one 3.1 ms span
+        _program_op("dot.1", "jit_eval_step", 22.5, 3.0, 1),
+        _program_op("divide.2", "jit_true_divide", 39.0, 0.05, 0),
+    ]
+    plane.line("tf_XLAEigen/5", 0, sorted(ops, key=lambda e: e.offset_ps))
+    trace = traceinspect.load(X.write(xs, tmp_path / "vm.xplane.pb"))
+    # Apart, as the occurrences of a stall are (touching spans would merge into one).
+    spans = Intervals.union_of(
+        np.array([0, 10, 20, 30], np.int64) * 1_000_000 + trace.start_ns,
+        np.array([9, 19, 29, 39], np.int64) * 1_000_000 + 900_000 + trace.start_ns,
+    )
+    work = others_work_in(trace, xla_cpu_line_rows(trace), spans)
+    assert work is not None
+    # The eval's first execution began at 19.2 ms (step 1), its second at 22.5 (step 2).
+    assert work.tolist() == [0.0, 3_100_000.0, 3_000_000.0, 50_000.0]
+
+
+def test_no_other_programs_work_without_execution_ids(tmp_path: Path) -> None:
+    xs = X.space()
+    plane = X.add_plane(xs, "/host:CPU")
+    plane.line("train.py", 0, [Ev("train", ms(0), ms(10), {"step_num": 0})])
+    trace = traceinspect.load(X.write(xs, tmp_path / "vm.xplane.pb"))
+    one = Intervals.union_of(np.array([0], np.int64), np.array([1], np.int64))
+    assert others_work_in(trace, np.array([0], np.int64), one) is None
