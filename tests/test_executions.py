@@ -93,10 +93,14 @@ def test_the_other_programs_work_in_each_span(tmp_path: Path) -> None:
         np.array([0, 10, 20, 30], np.int64) * 1_000_000 + trace.start_ns,
         np.array([9, 19, 29, 39], np.int64) * 1_000_000 + 900_000 + trace.start_ns,
     )
-    work = others_work_in(trace, xla_cpu_line_rows(trace), spans)
+    work = others_work_in(trace, xla_cpu_line_rows(trace), spans, "jit_step")
     assert work is not None
     # The eval's first execution began at 19.2 ms (step 1), its second at 22.5 (step 2).
     assert work.tolist() == [0.0, 3_100_000.0, 3_000_000.0, 50_000.0]
+    # Left out is the program named, whatever its work: the evaluation's, here.
+    work = others_work_in(trace, xla_cpu_line_rows(trace), spans, "jit_eval_step")
+    assert work is not None
+    assert work.tolist() == [8_000_000.0, 8_000_000.0, 8_000_000.0, 8_050_000.0]
 
 
 def test_no_other_programs_work_without_execution_ids(tmp_path: Path) -> None:
@@ -105,4 +109,4 @@ def test_no_other_programs_work_without_execution_ids(tmp_path: Path) -> None:
     plane.line("train.py", 0, [Ev("train", ms(0), ms(10), {"step_num": 0})])
     trace = traceinspect.load(X.write(xs, tmp_path / "vm.xplane.pb"))
     one = Intervals.union_of(np.array([0], np.int64), np.array([1], np.int64))
-    assert others_work_in(trace, np.array([0], np.int64), one) is None
+    assert others_work_in(trace, np.array([0], np.int64), one, "jit_step") is None

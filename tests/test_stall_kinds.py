@@ -182,5 +182,14 @@ def test_an_evaluation_does_device_work_of_its_size(
     assert stall.cost_ns == pytest.approx(54 * MS, rel=0.01)
     spans = Intervals.union_of(np.array([0], np.int64), np.array([1], np.int64))
     work = None if work_ms is None else np.array(work_ms) * MS
-    assert _programs_work(stall, spans, lambda _: work) is evaluation_size
-    assert _programs_work(stall, spans, None) is True
+    asked: list[str] = []
+
+    def others_work(_: Intervals, step_program: str) -> np.ndarray | None:
+        asked.append(step_program)
+        return work
+
+    assert _programs_work(stall, spans, "train_step", others_work) is evaluation_size
+    # The step program it leaves out is the one the calls named.
+    assert asked == ["jit_train_step"]
+    assert _programs_work(stall, spans, "train_step", None) is True
+    assert _programs_work(stall, spans, None, others_work) is True

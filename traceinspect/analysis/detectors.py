@@ -92,7 +92,7 @@ def stall(m: Measured) -> Found | None:
         m.host,
         sidecar.run_events,
         workers,
-        lambda spans: others_work_in(m.trace, work_rows, spans),
+        lambda spans, step_program: others_work_in(m.trace, work_rows, spans, step_program),
     )
     if nature.kind == "input" and _pipeline_pace(m, found, workers):
         return None

@@ -282,18 +282,18 @@ def step_work(
     return StepWork(work, queued, dispatched, starts, ends)
 
 
-def others_work_in(trace: Trace, work_rows: np.ndarray, spans: Intervals) -> np.ndarray | None:
+def others_work_in(
+    trace: Trace, work_rows: np.ndarray, spans: Intervals, step_program: str
+) -> np.ndarray | None:
     """In each of ``spans`` (in order), the device work (ns) of executions that began there
-    of programs other than the run's step program (the one with the most device work in
-    the trace); None where the trace has no execution ids (GPU kernels here). An
-    evaluation's forward passes are real device work; the few element-wise programs of a
-    metrics computation are not (``stall_kinds``)."""
+    of programs other than ``step_program`` (the loop's step, ``jit_<fn>``); None where the
+    trace has no execution ids (GPU kernels here). An evaluation's forward passes are real
+    device work; the few element-wise programs of a metrics computation are not
+    (``stall_kinds``)."""
     execs = _executions(trace, work_rows)
     if execs is None or len(execs) == 0:
         return None
-    _, inverse = np.unique(execs.module.astype(str), return_inverse=True)
-    step_program = int(np.argmax(np.bincount(inverse, weights=execs.work_ns)))
-    other = inverse != step_program
+    other = execs.module.astype(str) != step_program
     starts, work = execs.start_ns[other], execs.work_ns[other]
     out = np.zeros(len(spans), dtype=np.float64)
     for i, (a, b) in enumerate(zip(spans.starts.tolist(), spans.ends.tolist(), strict=True)):

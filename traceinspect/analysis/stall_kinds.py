@@ -194,7 +194,7 @@ def stall_nature(
     host: HostActivity,
     events: RunEvents | None = None,
     workers: int | None = None,
-    others_work: Callable[[Intervals], np.ndarray | None] | None = None,
+    others_work: Callable[[Intervals, str], np.ndarray | None] | None = None,
 ) -> StallNature:
     """What the stall is: a kind the run's ``events`` show (an epoch restart, garbage
     collection), else what its occurrences inside the analysed steps show (``base_ns``: the
@@ -217,7 +217,7 @@ def stall_nature(
     _, _, own_ns = _sampled(host, spans)
     # Other programs anywhere around each occurrence: an evaluation after step k runs in
     # the host's time of k while the device may idle in a later step.
-    programs, each = _other_programs(host, steps, spans)
+    programs, each, step_fn = _other_programs(host, steps, spans)
     idle = sum(by_cause.values())
     top = max(PRECEDENCE, key=lambda c: by_cause[c])
     wall = int(steps.wall_ns[chosen].sum())
@@ -225,7 +225,7 @@ def stall_nature(
     host_share = own_ns / (len(chosen) * stall.cost_ns) if stall.cost_ns > 0 else 1.0
     # An evaluation runs its programs in (most of) its occurrences: a metrics computation
     # beside one checkpoint in four (12 small programs once) is no evaluation.
-    ran_others = _most([n > 0 for n in each]) and _programs_work(stall, spans, others_work)
+    ran_others = _most([n > 0 for n in each]) and _programs_work(stall, spans, step_fn, others_work)
     evaluating = _most([n >= EVALUATION_CALLS for n in each])
     if from_run is not None:
         kind = from_run
@@ -245,12 +245,16 @@ def stall_nature(
 def _programs_work(
     stall: RecurringStall,
     spans: Intervals,
-    others_work: Callable[[Intervals], np.ndarray | None] | None,
+    step_fn: str | None,
+    others_work: Callable[[Intervals, str], np.ndarray | None] | None,
 ) -> bool:
-    """Whether the other programs around the occurrences did device work of an evaluation's
-    size (``EVALUATION_WORK`` of what an occurrence cost, in most of them); True where the
-    trace cannot say (no execution ids: GPU kernels here)."""
-    work = others_work(spans) if others_work is not None else None
+    """Whether the programs other than the loop's step (``step_fn``, the jitted function
+    :func:`_other_programs` found) did device work of an evaluation's size around the
+    occurrences (``EVALUATION_WORK`` of what an occurrence cost, in most of them); True
+    where the trace cannot say (no execution ids: GPU kernels here)."""
+    if others_work is None or step_fn is None:
+        return True
+    work = others_work(spans, f"jit_{step_fn}")
     if work is None or len(work) == 0:
         return True
     return _most([w >= EVALUATION_WORK * stall.cost_ns for w in work.tolist()])
@@ -335,17 +339,17 @@ def _window_steps(
 
 def _other_programs(
     host: HostActivity, steps: Steps, spans: Intervals
-) -> tuple[tuple[tuple[str, int], ...], list[int]]:
+) -> tuple[tuple[tuple[str, int], ...], list[int], str | None]:
     """Jitted functions called in ``spans`` other than the loop's own step (the one
     called in the most analysed steps: an evaluation may call its own more often in all,
-    twenty times in each of a few steps): (name, calls), most calls first; and the calls
-    in each span."""
+    twenty times in each of a few steps): (name, calls), most calls first; the calls in
+    each span; and the step's own function (None: no jitted call)."""
     thread = host.events
     if thread is None:
-        return (), []
+        return (), [], None
     positions = thread.named(N.PJIT)
     if len(positions) == 0:
-        return (), []
+        return (), [], None
     line = thread.line
     codes = line.codes[positions]
     starts = line.starts[positions]
@@ -358,7 +362,13 @@ def _other_programs(
         inside = (starts >= a) & (starts < b) & (codes != main)
         each.append(int(np.count_nonzero(inside)))
         for code in codes[inside].tolist():
-            m = N.PJIT.match(str(line.names[code]))
-            name = m.group("fn") if m else str(line.names[code])
+            name = _fn_name(str(line.names[code]))
             counts[name] = counts.get(name, 0) + 1
-    return tuple(sorted(counts.items(), key=lambda kv: -kv[1])), each
+    ranked = tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return ranked, each, _fn_name(str(line.names[main]))
+
+
+def _fn_name(event: str) -> str:
+    """The jitted function a ``PjitFunction(<fn>)`` event calls (the name as it is else)."""
+    m = N.PJIT.match(event)
+    return m.group("fn") if m else event

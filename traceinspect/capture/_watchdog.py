@@ -46,11 +46,11 @@ WATCH_EVERY_S = 1.0
 #: last ``MAIN_IDLE_WINDOW_S`` (or the floor, if shorter): a compilation or a loop of its
 #: own keeps it busy, a wait on a queue or a lock does not.
 MAIN_IDLE_SHARE = 0.1
+MAIN_IDLE_WINDOW_S = 10.0
 #: How long after a failed worker was seen dead its traceback is waited for, when none has
 #: come: a process writes it before it exits, but capture reads the script's stderr in a
 #: thread of its own, which a loaded machine can hold back.
 TRACEBACK_WAIT_S = 2 * WATCH_EVERY_S
-MAIN_IDLE_WINDOW_S = 10.0
 _PROC = Path("/proc")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _FIX = 'put the training loop under `if __name__ == "__main__":`'
