@@ -64,9 +64,16 @@ def test_a_synchronous_checkpoint_every_25_steps(tmp_path: Path) -> None:
     advice = analysis.recommendations[0]
     assert advice.kind == "recurring_stall"
     assert "Checkpoint asynchronously" in advice.message
-    # The run without its checkpoints: at least the device's work per step.
+    # The run without its checkpoints: at least the device's work per step, in the run's
+    # pace (the window's figure over how much slower the profiler ran its steps: 1.09-1.15
+    # here). The traced figure itself is no floor: a CI run's 7.90 ms of device work a
+    # traced step stood above the 7.68 expected, while the loop without checkpoints and
+    # without the profiler ran 8.8-10.4 ms a step (MEASUREMENTS.md, "A checkpoint every 25
+    # steps").
     assert advice.expected_step_ms is not None
-    assert analysis.device_busy_ms_per_step <= advice.expected_step_ms
+    device_ms = analysis.device_busy_ms_per_step / stall["traced_slowdown"]
+    # (The slowdown is printed to 3 decimals: 0.1% of rounding.)
+    assert device_ms <= advice.expected_step_ms * 1.001
     assert advice.expected_step_ms < stall["run_mean_step_ms"]
 
 
