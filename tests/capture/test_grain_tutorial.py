@@ -34,6 +34,9 @@ def test_the_tutorial_loop_at_0_workers_is_input_bound_not_its_own_code(tmp_path
     assert analysis.decision is not None and analysis.decision.cause in ("pipeline_cpu", "input")
     kinds = [r.kind for r in analysis.recommendations]
     assert "reduce_host_overhead" not in kinds, kinds
+    # Its read threads run Python and take turns with the GIL: more of them is no advice.
+    inputs = [r.message for r in analysis.recommendations if r.kind == "input_pipeline"]
+    assert all("more read threads do not help" in text for text in inputs), inputs
     assert stages.threads_compute_share is not None and stages.threads_compute_share >= 0.5
     assert not any("one per Grain worker" in n for n in analysis.notes)
     # No gap blames the loop's own code: its untraced time is a wait for the GIL the read

@@ -20,12 +20,27 @@ from traceinspect.analysis.counterfactual import (
     run_floors,
 )
 from traceinspect.analysis.detectors import Found, stage_batch_ms
-from traceinspect.analysis.input_stages import stage_advice
+from traceinspect.analysis.input_stages import InputStages, stage_advice
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
+from traceinspect.analysis.workers_inputs import WAITING_SHARE, WorkerMeasurement
 from traceinspect.thresholds import MATTERS
+
+_INPUT = (
+    "Make batches faster than the step: prefetch in the background (Grain mp_prefetch with "
+    "more worker processes, more read threads), or make preprocessing cheaper."
+)
+# A CPU-bound pipeline's read threads take turns with the GIL: Grain's tutorial loop at 2
+# workers ran its first ~500 steps at 30-40 ms with 16 read threads a worker, 11-15 with 1-2,
+# and the same work cost 3x the CPU (grain_tutorial_MEASUREMENTS.md, "Phases").
+_INPUT_CPU = (
+    "Make batches faster than the step: more Grain mp_prefetch worker processes, or cheaper "
+    "preprocessing. The pipeline's stages ran on a CPU most of their time: more read threads "
+    "do not help a Python map, whose threads take turns with the GIL (with workers, "
+    "grain.ReadOptions(num_threads=1 or 2) can be faster than the default 16)."
+)
 
 
 def recommendations(
@@ -34,10 +49,13 @@ def recommendations(
     sync_sites: tuple[str, ...],
     floors: Floors,
     occasional_sync: bool = False,
+    cpu_bound_pipeline: bool = False,
 ) -> tuple[Recommendation, ...]:
     """The advice of each idle cause that matters, in the claim order. ``floors``: the
     counterfactual's (:func:`~traceinspect.analysis.advice_causes.floors_of`), whose stall
-    stays in the step expected without the read."""
+    stays in the step expected without the read. ``cpu_bound_pipeline``: the pipeline's
+    stages ran on a CPU most of their time (:func:`_cpu_bound_pipeline`), where more read
+    threads are no advice."""
     input_ns, busy_ns, stall_ns = floors["input"] or 0.0, floors["device"] or 0.0, floors["stall"]
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
@@ -78,9 +96,7 @@ def recommendations(
         recs.append(
             Recommendation(
                 "input_pipeline",
-                "Make batches faster than the step: prefetch in the background (Grain "
-                "mp_prefetch with more worker processes, more read threads), or make "
-                "preprocessing cheaper.",
+                _INPUT_CPU if cpu_bound_pipeline else _INPUT,
                 input_ms_per_step=round(input_ns / 1e6, 4),
                 device_busy_ms_per_step=round(busy_ns / 1e6, 4),
             )
@@ -165,6 +181,17 @@ def _with_read(m: Measured, floors: Floors) -> Floors:
     return {**floors, "read": read_floor_ns(m.per_step)}
 
 
+def _cpu_bound_pipeline(stages: InputStages | None, measured: WorkerMeasurement | None) -> bool:
+    """Whether the pipeline's stages ran on a CPU most of their time (WAITING_SHARE, the
+    share that tells CPU-bound stages from those that wait on reads elsewhere): the training
+    process's read threads' compute share without workers, the workers' share on a core
+    (on it, or waiting for one) with them."""
+    if stages is not None and not stages.workers:
+        share = stages.threads_compute_share
+        return share is not None and share >= WAITING_SHARE
+    return measured is not None and measured.core_share >= WAITING_SHARE
+
+
 def _idle_advice(
     m: Measured, found: dict[str, Found], decision: Decision, floors: Floors
 ) -> tuple[Recommendation, ...]:
@@ -172,7 +199,16 @@ def _idle_advice(
     matters, or where idle workers are to be let go: "keep 2 workers, expected step time
     2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
     verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
-    advice = recommendations(verdict, m.fractions, m.sync_sites, floors, decision.occasional_sync)
+    sidecar_grain = sidecar.grain if sidecar is not None else None
+    measured = WorkerMeasurement.from_sidecar(sidecar_grain.measured if sidecar_grain else None)
+    advice = recommendations(
+        verdict,
+        m.fractions,
+        m.sync_sites,
+        floors,
+        decision.occasional_sync,
+        _cpu_bound_pipeline(stages, measured),
+    )
     input_matters = verdict in ("input-bound", "sync-bound") or m.fractions["input"] >= MATTERS
     # The pipeline's stages in the training process (no workers): their CPU measurements.
     in_process = stages if stages is not None and not stages.workers else None
