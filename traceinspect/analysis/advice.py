@@ -20,12 +20,12 @@ from traceinspect.analysis.counterfactual import (
     run_floors,
 )
 from traceinspect.analysis.detectors import Found, stage_batch_ms
-from traceinspect.analysis.input_stages import InputStages, stage_advice
+from traceinspect.analysis.input_stages import stage_advice
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
-from traceinspect.analysis.workers_inputs import WAITING_SHARE, WorkerMeasurement
+from traceinspect.analysis.workers_inputs import WAITING_SHARE, WorkerInputs
 from traceinspect.thresholds import MATTERS
 
 _INPUT = (
@@ -181,15 +181,16 @@ def _with_read(m: Measured, floors: Floors) -> Floors:
     return {**floors, "read": read_floor_ns(m.per_step)}
 
 
-def _cpu_bound_pipeline(stages: InputStages | None, measured: WorkerMeasurement | None) -> bool:
+def _cpu_bound_pipeline(inputs: WorkerInputs, in_process: bool) -> bool:
     """Whether the pipeline's stages ran on a CPU most of their time (WAITING_SHARE, the
     share that tells CPU-bound stages from those that wait on reads elsewhere): the training
-    process's read threads' compute share without workers, the workers' share on a core
-    (on it, or waiting for one) with them."""
-    if stages is not None and not stages.workers:
-        share = stages.threads_compute_share
-        return share is not None and share >= WAITING_SHARE
-    return measured is not None and measured.core_share >= WAITING_SHARE
+    process's read threads' compute share without workers (``in_process``), the workers'
+    share on a core (on it, or waiting for one) with them."""
+    if in_process:
+        share = inputs.stage_cpu_share
+    else:
+        share = inputs.measured.core_share if inputs.measured is not None else None
+    return share is not None and share >= WAITING_SHARE
 
 
 def _idle_advice(
@@ -199,16 +200,6 @@ def _idle_advice(
     matters, or where idle workers are to be let go: "keep 2 workers, expected step time
     2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
     verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
-    sidecar_grain = sidecar.grain if sidecar is not None else None
-    measured = WorkerMeasurement.from_sidecar(sidecar_grain.measured if sidecar_grain else None)
-    advice = recommendations(
-        verdict,
-        m.fractions,
-        m.sync_sites,
-        floors,
-        decision.occasional_sync,
-        _cpu_bound_pipeline(stages, measured),
-    )
     input_matters = verdict in ("input-bound", "sync-bound") or m.fractions["input"] >= MATTERS
     # The pipeline's stages in the training process (no workers): their CPU measurements.
     in_process = stages if stages is not None and not stages.workers else None
@@ -229,18 +220,27 @@ def _idle_advice(
     # free: the worker count is sized to that pace, and its expected step never goes below
     # it (a sync-bound run's worker advice already says the read then limits).
     reads = reads_every_step(m.host, m.steps) and verdict != "sync-bound"
+    inputs = worker_inputs(
+        verdict,
+        step_ms=step_ms,
+        device_busy_ms=device_ns / 1e6,
+        input_wait_ms=m.input_ns / 1e6,
+        sidecar=sidecar,
+        stage_batch_ms=stage_batch_ms(stages),
+        stage_cpu_share=in_process.threads_compute_share if in_process else None,
+        host_cpu_ms_per_step=in_process.host_cpu_ms_per_step if in_process else None,
+    )
+    advice = recommendations(
+        verdict,
+        m.fractions,
+        m.sync_sites,
+        floors,
+        decision.occasional_sync,
+        _cpu_bound_pipeline(inputs, in_process is not None),
+    )
     if (sidecar is not None and sidecar.grain is not None) or m.input_ns > 0:
         workers = recommend_workers(
-            worker_inputs(
-                verdict,
-                step_ms=step_ms,
-                device_busy_ms=device_ns / 1e6,
-                input_wait_ms=m.input_ns / 1e6,
-                sidecar=sidecar,
-                stage_batch_ms=stage_batch_ms(stages),
-                stage_cpu_share=in_process.threads_compute_share if in_process else None,
-                host_cpu_ms_per_step=in_process.host_cpu_ms_per_step if in_process else None,
-            ),
+            inputs,
             input_limits=input_matters,
             read_floor_ms=read_floor_ns(m.per_step) / 1e6 if reads else None,
             stall_ms=stall_ms,
