@@ -44,8 +44,9 @@ Fields (times in Unix ns):
   ``time_bound`` | ``skip`` | ``early`` | null), ``reason`` (a sentence: why it opened there),
   ``requested_steps``, ``first_step``, ``last_step`` (0-based step indices of the source),
   ``complete``, ``trace_start_unix_ns``, ``trace_stop_unix_ns``, ``untraced_after``
-  (null unless capture timed steps after the window without the profiler, as ``sweep``
-  asks: ``first_step``, ``last_step``, ``complete``)
+  (the steps capture timed after the window without the profiler, once the run settled
+  after the trace's write: ``first_step``, ``last_step``, ``complete``; null where it timed
+  none: ``--stop-after``, a script that ended first, a sidecar before 2026-11-30)
 - ``steps``: one entry per step of the whole run, in order, up to step 9,999, then the
   window's steps when it opened later (up to 100,000 more; ``index`` says which step an
   entry is): ``index``, ``step_num`` (the script's, or null), ``start_unix_ns``,
@@ -424,7 +425,7 @@ class Window:
     trace_start_unix_ns: int | None = None
     trace_stop_unix_ns: int | None = None
     #: Steps timed without the profiler after the window (first, last; capture's
-    #: ``time_after``, which sweep asks for), and whether that block ran its full length.
+    #: ``time_after``, on by default), and whether that block ran its full length.
     untraced_after: tuple[int, int] | None = None
     untraced_complete: bool = False
 

@@ -21,6 +21,7 @@ from capture_helpers import (
 )
 
 from traceinspect.analysis.input_stages import threads_cpu_share
+from traceinspect.analysis.window import window_check
 from traceinspect.capture import ANN_HOST_READ, ANN_NEXT_BATCH, ANN_STEP, SIDECAR_NAME
 from traceinspect.sidecar import parse
 
@@ -197,6 +198,33 @@ def test_stop_after_ends_the_run_once_the_window_is_captured(
     assert len(sidecar["steps"]) == 6  # steps 0-4 ran, step 5 started the stop
     out = capfd.readouterr().out
     assert "step 4 loss" in out and "step 5 loss" not in out and "final loss" not in out
+
+
+def test_the_steps_after_the_window_are_timed_once_the_write_is_over(tmp_path: Path) -> None:
+    """By default capture times a block of untraced steps after the window, from the first
+    step after the trace's write on, and analyze compares the window with that block (not
+    with the step that holds the write)."""
+    # The run settles again over 3 blocks of at least 0.5 s (capture's steady rule): ~1.3 ms
+    # steps, 2,000 of them.
+    result = train(tmp_path / "logs", "--steps", "2000", "--sync")
+
+    sidecar = parse(read_sidecar(result))
+    assert sidecar is not None and sidecar.window is not None
+    window = sidecar.window
+    assert window.untraced_after is not None and window.untraced_complete
+    first, last = window.untraced_after
+    assert window.last_step is not None and first > window.last_step + 1
+    stop = window.trace_stop_unix_ns
+    writes = [s for s in sidecar.steps if s.index == window.last_step + 1]
+    assert stop is not None and writes and writes[0].start_unix_ns is not None
+    assert writes[0].start_unix_ns <= stop
+    walls = [s.wall_ms for s in sidecar.steps if first <= s.index <= last]
+    assert len(walls) >= 5 and all(w is not None for w in walls)
+
+    checked, _ = window_check(sidecar)
+    assert checked is not None
+    assert checked["after_steps"] == len(walls)
+    assert checked["after_mean_ms"] == pytest.approx(sum(walls) / len(walls), abs=1e-3)  # type: ignore[arg-type]
 
 
 def test_jitted_function_calls_are_steps_without_grain(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from traceinspect.analysis.result import StepSummary
 from traceinspect.analysis.steps import Steps
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
-from traceinspect.sidecar import Sidecar
+from traceinspect.sidecar import HostStep, Sidecar
 from traceinspect.trace import Trace
 
 # Steps come in bursts when (p90 - p10) / mean of their times exceeds this: Grain's
@@ -95,6 +95,60 @@ def drop_contextless_first_step(trace: Trace, steps: Steps, busy: Intervals) -> 
     )
 
 
+def _holds(step: HostStep, when_ns: int) -> bool:
+    """Whether ``when_ns`` (Unix ns) falls inside ``step``."""
+    if step.start_unix_ns is None or step.wall_ms is None:
+        return False
+    end_ns = step.start_unix_ns + step.wall_ms * 1e6
+    return step.start_unix_ns <= when_ns < end_ns
+
+
+def _untraced_walls(sidecar: Sidecar) -> list[float]:
+    """The wall times (ms) of the steps run without the profiler after the window: capture's
+    block once the run settled after the trace's write (``Window.untraced_after``), else,
+    in a sidecar without that block, the steps after the write and after as long again
+    as it took.
+
+    The step that holds the write is never one: the profiler's stop and export hold the
+    script 50-500 ms inside it (a 491 ms step among 8 ms ones put the 60 steps after a
+    ``.block_until_ready()`` loop's window at 17.3 ms a step, against 8.0-8.3 timed without
+    capture, and called the window unrepresentative). Nor are the steps right after it:
+    the workers went on making batches during the write, and the loop takes those at the
+    device's pace (13 steps after a 2-worker loop's window read 6.2 ms against its 13 ms).
+    With workers that make a batch every ``p`` ms and a loop that takes stored ones every
+    ``f`` ms, the batches stored in a write of ``W`` ms are gone ``W f / (p - f)`` ms after
+    it: within ``W`` wherever stored batches go at least twice as fast as made ones."""
+    window = sidecar.window
+    last = window.last_step if window is not None else None
+    if window is None or last is None:
+        return []
+    if window.untraced_after is not None:
+        # Whole, or cut short by the script's end (its last step, whose successor never
+        # began, has no wall time).
+        first, end = window.untraced_after
+        block = [s.wall_ms for s in sidecar.steps if first <= s.index <= end]
+        return [w for w in block if w is not None]
+    after = [s for s in sidecar.steps if not s.traced and s.index > last]
+    stop = window.trace_stop_unix_ns
+    write = next(
+        (k for k, s in enumerate(after) if stop is not None and _holds(s, stop)),
+        # Without the stop's time (an older sidecar): the step right after the window.
+        0 if after and after[0].index == last + 1 else None,
+    )
+    if write is None:
+        return [s.wall_ms for s in after if s.wall_ms is not None]
+    held = after[write]
+    if held.start_unix_ns is None or held.wall_ms is None:
+        return [s.wall_ms for s in after[write + 1 :] if s.wall_ms is not None]
+    resumed_ns = held.start_unix_ns + held.wall_ms * 1e6
+    settled_ns = resumed_ns + held.wall_ms * 1e6
+    return [
+        s.wall_ms
+        for s in after[write + 1 :]
+        if s.wall_ms is not None and s.start_unix_ns is not None and s.start_unix_ns >= settled_ns
+    ]
+
+
 def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | None]:
     """The capture's window (why it opened there) against the untraced steps after it."""
     window = sidecar.window if sidecar is not None else None
@@ -103,11 +157,7 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
     traced = sidecar.traced_step_walls_ms()
     completed = sidecar.traced_throughput_ms()
     last = window.last_step
-    after = [
-        s.wall_ms
-        for s in sidecar.steps
-        if not s.traced and last is not None and s.index > last and s.wall_ms is not None
-    ]
+    after = _untraced_walls(sidecar)
     out: dict[str, Any] = {
         "rule": window.rule,
         "reason": window.reason,

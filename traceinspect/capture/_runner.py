@@ -149,7 +149,9 @@ def _window_options(options: CaptureOptions) -> dict[str, Any]:
         "max_wait_s": options.max_wait_s,
         "window_max_s": options.window_max_s,
         "stop_after": options.stop_after,
-        "time_after": options.time_after,
+        "time_after": (
+            options.time_after if options.time_after is not None else not options.stop_after
+        ),
         "no_early_trace": not options.early_trace,
         "step_source": options.step_source,
         "delay_s": options.delay_s,

@@ -43,8 +43,10 @@ class CaptureOptions:
     #: After the window, time the steps on without the profiler (``_child.untraced``: as many
     #: steps and as long as the window, at least ``UNTRACED_MIN_S``), kept in the sidecar as
     #: ``window.untraced_after``; with ``stop_after`` the script is stopped after them.
-    #: ``sweep`` chooses its count by them: the step the user will get, not the traced one.
-    time_after: bool = False
+    #: ``sweep`` chooses its count by them: the step the user will get, not the traced one;
+    #: ``analyze`` compares the window with them (its untraced step). None: on, unless
+    #: ``stop_after`` (``capture --stop-after``: stop once the window is written).
+    time_after: bool | None = None
     #: With the steady-state rule: trace from step 2 until the run is first steady, kept only
     #: when the script ends before the window opens (``_child.early.EARLY_*``).
     early_trace: bool = True

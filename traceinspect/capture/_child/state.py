@@ -49,8 +49,9 @@ _STATUS_EVERY_NS = 250_000_000
 # when steps are short); an explicit --steps N traces exactly N.
 DEFAULT_STEPS = 20
 WINDOW_MIN_S = 1.0
-# The untraced block after the window (config ``time_after``, for sweep). The trace's write
-# holds the script 50-450 ms, while the pipeline goes on filling its buffers; the batches
+# The untraced block after the window (config ``time_after``: sweep's count and analyze's
+# untraced step; on unless --stop-after). The trace's write holds the script 50-450 ms,
+# while the pipeline goes on filling its buffers; the batches
 # so stored then go at the device's pace: at 3 waiting workers of the scenario family a
 # 293 ms write was followed by 39 steps of 10 ms against 14.5 ms settled. So the steps
 # after the write go through the steady rule again, as isolate's phases do (block means in

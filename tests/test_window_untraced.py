@@ -1,0 +1,111 @@
+"""The untraced steps after the window that ``analyze`` compares the window with.
+
+Built sidecars whose every step time is known: the step that holds the trace's write, the
+batches stored during it, capture's settled block.
+"""
+
+from __future__ import annotations
+
+from traceinspect import sidecar as SC
+from traceinspect.analysis.window import window_check
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000
+
+
+def _sidecar(
+    walls_ms: list[float],
+    traced: range,
+    *,
+    stop_in: int | None,
+    untraced_after: tuple[int, int] | None = None,
+    complete: bool = False,
+) -> SC.Sidecar:
+    """Steps of the given walls back to back from T0; ``traced`` are the window's; the
+    trace stopped 1 ms into step ``stop_in`` (None: not recorded)."""
+    steps, start = [], T0
+    starts = []
+    for i, wall in enumerate(walls_ms):
+        starts.append(start)
+        steps.append(SC.HostStep(i, i, start, wall, i in traced))
+        start += int(wall * MS)
+    window = SC.Window(
+        rule="steady",
+        reason=None,
+        first_step=traced.start,
+        last_step=traced.stop - 1,
+        complete=True,
+        trace_stop_unix_ns=None if stop_in is None else starts[stop_in] + MS,
+        untraced_after=untraced_after,
+        untraced_complete=complete,
+    )
+    return SC.Sidecar(
+        schema_version=SC.SCHEMA_VERSION,
+        step_source="grain",
+        step_source_detail=None,
+        window=window,
+        steps=tuple(steps),
+        grain=None,
+        host=None,
+        shared_run=False,
+        partial=False,
+        partial_reasons=(),
+        device_tracer_level_applied=None,
+        data={},
+    )
+
+
+def test_the_step_that_holds_the_write_is_not_the_runs() -> None:
+    # 20 steps of 10 ms before and in the window, a 500 ms write, then 150 steps of 8 ms
+    # (a loop with no stored batches: no catch-up).
+    walls = [10.0] * 20 + [500.0] + [8.0] * 150
+    window, note = window_check(_sidecar(walls, range(10, 20), stop_in=20))
+    assert window is not None
+    # Before the fix: (500 + 149 x 8) / 150 = 11.3 ms with the write in, 12% above the
+    # run's 8 ms.
+    assert window["after_mean_ms"] == 8.0
+    assert window["representative"] is True
+    assert note is None
+
+
+def test_batches_stored_during_the_write_are_left_out() -> None:
+    # Workers that make a batch every 12 ms went on during a 240 ms write: 20 batches
+    # stored, taken at 2 ms each (40 ms), then the pace of 12 ms.
+    walls = [12.0] * 30 + [240.0] + [2.0] * 20 + [12.0] * 40
+    window, _ = window_check(_sidecar(walls, range(15, 30), stop_in=30))
+    assert window is not None
+    assert window["after_mean_ms"] == 12.0
+    assert window["representative"] is True
+
+
+def test_without_the_stop_time_the_step_after_the_window_holds_it() -> None:
+    walls = [10.0] * 20 + [300.0] + [10.0] * 60
+    window, _ = window_check(_sidecar(walls, range(10, 20), stop_in=None))
+    assert window is not None and window["after_mean_ms"] == 10.0
+
+
+def test_too_few_steps_after_the_write_give_no_pace() -> None:
+    # A 2 s write (a GPU capture's export) and 30 steps of 10 ms: all within as long
+    # again as the write took.
+    walls = [10.0] * 20 + [2000.0] + [10.0] * 30
+    window, note = window_check(_sidecar(walls, range(10, 20), stop_in=20))
+    assert window is not None
+    assert window["after_mean_ms"] is None and window["representative"] is None
+    assert note is None
+
+
+def test_capture_s_settled_block_is_the_reference() -> None:
+    # The block capture timed once the run settled (steps 40-79), whatever came before.
+    walls = [10.0] * 20 + [300.0] + [3.0] * 19 + [11.0] * 40 + [50.0] * 5
+    window, _ = window_check(
+        _sidecar(walls, range(10, 20), stop_in=20, untraced_after=(40, 79), complete=True)
+    )
+    assert window is not None
+    assert window["after_mean_ms"] == 11.0 and window["after_steps"] == 40
+
+
+def test_a_slower_window_than_the_run_is_said() -> None:
+    walls = [10.0] * 10 + [14.0] * 10 + [300.0] + [10.0] * 60
+    window, note = window_check(_sidecar(walls, range(10, 20), stop_in=20))
+    assert window is not None and window["representative"] is False
+    assert note is not None and "the 30 untraced steps after them at 10.00 ms/step" in note
