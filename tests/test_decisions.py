@@ -53,7 +53,16 @@ TABLE: dict[str, Any] = (
 
 #: Rows allowed to differ from the table on purpose: trace key (``<path>`` or
 #: ``<path>#<host>``) -> why, naming the CHANGELOG entry that says so.
-CHANGED: dict[str, str] = {}
+CHANGED: dict[str, str] = {
+    "scenarios/family/read_block_w0": (
+        "CHANGELOG 'Removing a per-step read on XLA's CPU backend keeps the host's work': the "
+        "cores floor raises remove_sync's expected step 11.94 -> 12.10 ms (12.52 measured)"
+    ),
+    "scenarios/family/read_device_get_w0": (
+        "CHANGELOG 'Removing a per-step read on XLA's CPU backend keeps the host's work': the "
+        "cores floor raises remove_sync's expected step 12.36 -> 12.70 ms (12.52 measured)"
+    ),
+}
 
 # The grain_worker_count recommendation's fields for the count and its limit.
 WORKER_FIELDS = ("value", "current", "bounded_by")
