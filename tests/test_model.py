@@ -415,3 +415,18 @@ def test_a_read_gains_nothing_where_the_step_expected_without_it_is_no_faster() 
     assert not gains_nothing("sync", {**floors, "cores": None}, 9.81e6)
     # A stall stays in both: it is no part of the comparison.
     assert gains_nothing("sync", {**floors, "stall": 6e6}, 9.81e6)
+
+
+def test_the_waiting_share_is_compared_in_one_predicate() -> None:
+    """Whether a pipeline computes or waits on reads is one comparison,
+    ``workers_inputs.computes``: the worker count, the input advice, the findings, the
+    pipeline detector and isolate call it, so that their words cannot disagree on it."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                if "WAITING_SHARE" in names:
+                    found.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.lineno}")
+    assert found == ["traceinspect/analysis/workers_inputs.py:188"]

@@ -25,7 +25,7 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.workers import recommend_workers, worker_inputs
-from traceinspect.analysis.workers_inputs import WAITING_SHARE, WorkerInputs
+from traceinspect.analysis.workers_inputs import WorkerInputs, computes
 from traceinspect.thresholds import MATTERS
 
 _INPUT = (
@@ -190,7 +190,7 @@ def _cpu_bound_pipeline(inputs: WorkerInputs, in_process: bool) -> bool:
         share = inputs.stage_cpu_share
     else:
         share = inputs.measured.core_share if inputs.measured is not None else None
-    return share is not None and share >= WAITING_SHARE
+    return computes(share)
 
 
 def _idle_advice(

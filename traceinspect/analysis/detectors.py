@@ -25,7 +25,7 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.rules import Claim
 from traceinspect.analysis.stall_kinds import StallNature, stall_nature
 from traceinspect.analysis.stalls import RecurringStall, recurring_stall
-from traceinspect.analysis.workers import WAITING_SHARE
+from traceinspect.analysis.workers_inputs import computes
 from traceinspect.sidecar import Sidecar
 from traceinspect.thresholds import KNEE_TOLERANCE, MATTERS
 
@@ -191,7 +191,7 @@ def pipeline_paces(m: Measured) -> Found | None:
     if stages is None or stages.workers or step_ms <= 0:
         return None
     share = stages.threads_compute_share
-    if share is None or share < WAITING_SHARE:
+    if not computes(share):
         return None
     batch_ms = stage_batch_ms(stages)
     if batch_ms is None or batch_ms * KNEE_TOLERANCE < step_ms:

@@ -17,7 +17,7 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.reads import ReadsBehind, reads_behind
 from traceinspect.analysis.rules import Decision
 from traceinspect.analysis.window import FEW_STEPS
-from traceinspect.analysis.workers_inputs import WAITING_SHARE, cores_left, machine_busy
+from traceinspect.analysis.workers_inputs import computes, cores_left, machine_busy
 from traceinspect.sidecar import MachineLoad, Sidecar
 from traceinspect.thresholds import MATTERS, OUTSIDE_NOTE, RUNTIME_NOTE, SYNC_RECURS
 from traceinspect.vocabulary import band
@@ -53,7 +53,7 @@ def _pipeline_cpu(m: Measured, pace: PipelinePace) -> str:
     stages = pace.stages
     share, cores = stages.threads_cpu_share or 0.0, stages.threads_cores
     on_cpu = f"on a CPU {share:.0%} of its time"
-    if cores is not None and share < WAITING_SHARE and stages.threads_hold_gil:
+    if cores is not None and not computes(share) and stages.threads_hold_gil:
         # Many threads, each on a CPU a small share of its time, taking turns with the GIL.
         on_cpu = f"its threads keeping {cores:.1f} core(s) busy as they take turns with the GIL"
     return (

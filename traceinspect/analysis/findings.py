@@ -39,7 +39,7 @@ from traceinspect import names as N
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation, Severity
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents
-from traceinspect.analysis.workers import WAITING_SHARE, WorkerMeasurement
+from traceinspect.analysis.workers_inputs import IDLE_WORKERS, WorkerMeasurement, computes
 from traceinspect.sidecar import HostFacts, Sidecar
 from traceinspect.thresholds import CORE_WAIT_NOTE, KNEE_TOLERANCE, MATTERS
 
@@ -212,8 +212,8 @@ def _workers_vs_cores(
         # The CPU share says how CPU-bound producing is only while the workers mostly
         # produce: mostly blocked on full buffers, their other CPU (the probe, the queue)
         # outweighs it.
-        saturated = measured.busy_share >= WAITING_SHARE
-        if saturated and share >= WAITING_SHARE and workers > fit:
+        saturated = measured.busy_share >= IDLE_WORKERS
+        if saturated and computes(share) and workers > fit:
             out.append(
                 Finding(
                     "workers_vs_cores",

@@ -56,6 +56,7 @@ from traceinspect.analysis.workers_inputs import (
     WAITING_SHARE,
     WorkerInputs,
     WorkerMeasurement,
+    computes,
     worker_inputs,
 )
 from traceinspect.analysis.workers_measured import _from_measurement
@@ -69,6 +70,7 @@ __all__ = [
     "WORKER_OVERHEAD_BYTES",
     "WorkerInputs",
     "WorkerMeasurement",
+    "computes",
     "recommend_workers",
     "worker_inputs",
 ]
@@ -239,7 +241,7 @@ def _recommend(inputs: WorkerInputs, stall_ms: float | None = None) -> dict[str,
     if in_threads and share is not None:
         reason += f"; the stages ran on a CPU {share:.0%} of their time" + (
             " (they mostly wait on reads: workers doing the same may outnumber the cores)"
-            if share < WAITING_SHARE
+            if not computes(share)
             else ""
         )
     if bound == "cores" and by_cores != inputs.cpus:

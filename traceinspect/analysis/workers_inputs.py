@@ -180,6 +180,14 @@ IDLE_WORKERS = 0.5
 WAITING_SHARE = 0.5
 
 
+def computes(cpu_share: float | None) -> bool:
+    """Whether a pipeline whose stages (or workers) ran on a CPU ``cpu_share`` of their time
+    computes rather than waits on reads: at least :data:`WAITING_SHARE`. Unknown (None):
+    no. The one comparison the worker count, the input advice, the findings, the pipeline
+    detector and isolate make with it."""
+    return cpu_share is not None and cpu_share >= WAITING_SHARE
+
+
 def worker_inputs(
     verdict: str,
     step_ms: float,

@@ -17,9 +17,9 @@ from traceinspect.analysis.workers_bounds import (
 )
 from traceinspect.analysis.workers_inputs import (
     IDLE_WORKERS,
-    WAITING_SHARE,
     WorkerInputs,
     WorkerMeasurement,
+    computes,
 )
 from traceinspect.thresholds import CORE_WAIT_NOTE
 from traceinspect.vocabulary import KNEE_TOLERANCE
@@ -91,7 +91,7 @@ def _from_measurement(
         "worker_rss_bytes": measured.rss_bytes,
         "host_cpu_floor_ms": round(floor, 3) if floor else None,
     }
-    waits = measured.core_share < WAITING_SHARE
+    waits = not computes(measured.core_share)
     on_cpu = f"{measured.cpu_share:.0%} of their time on CPU"
     if measured.cpu_wait_share >= CORE_WAIT_NOTE:
         on_cpu += f", {measured.cpu_wait_share:.0%} waiting for a core"

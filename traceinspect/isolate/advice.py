@@ -6,8 +6,8 @@ import dataclasses
 
 from traceinspect.analysis.result import Recommendation
 from traceinspect.analysis.workers import (
-    WAITING_SHARE,
     WorkerInputs,
+    computes,
     recommend_workers,
     worker_inputs,
 )
@@ -161,7 +161,7 @@ def _input_advice(advice: Recommendation | None, evidence: Evidence) -> str:
         )
     text = f" {advice.message}"
     share = evidence.workers_cpu_share
-    if share is not None and share >= WAITING_SHARE and advice.bounded_by != "cores":
+    if computes(share) and advice.bounded_by != "cores":
         text += (
             f" The workers were on CPU {share:.0%} of the time they produced a batch: "
             f"CPU-bound workers beyond the {evidence.cores or 'available'} cores will not "
