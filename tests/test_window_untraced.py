@@ -6,6 +6,8 @@ batches stored during it, capture's settled block.
 
 from __future__ import annotations
 
+from typing import Any
+
 from traceinspect import sidecar as SC
 from traceinspect.analysis.window import window_check
 
@@ -22,37 +24,36 @@ def _sidecar(
     complete: bool = False,
 ) -> SC.Sidecar:
     """Steps of the given walls back to back from T0; ``traced`` are the window's; the
-    trace stopped 1 ms into step ``stop_in`` (None: not recorded)."""
-    steps, start = [], T0
-    starts = []
+    trace stopped 1 ms into step ``stop_in`` (None: not recorded). Built as capture writes
+    it and read by the sidecar's own parser."""
+    steps: list[dict[str, Any]] = []
+    start = T0
     for i, wall in enumerate(walls_ms):
-        starts.append(start)
-        steps.append(SC.HostStep(i, i, start, wall, i in traced))
+        steps.append(
+            {
+                "index": i,
+                "step_num": i,
+                "start_unix_ns": start,
+                "wall_ms": wall,
+                "traced": i in traced,
+            }
+        )
         start += int(wall * MS)
-    window = SC.Window(
-        rule="steady",
-        reason=None,
-        first_step=traced.start,
-        last_step=traced.stop - 1,
-        complete=True,
-        trace_stop_unix_ns=None if stop_in is None else starts[stop_in] + MS,
-        untraced_after=untraced_after,
-        untraced_complete=complete,
-    )
-    return SC.Sidecar(
-        schema_version=SC.SCHEMA_VERSION,
-        step_source="grain",
-        step_source_detail=None,
-        window=window,
-        steps=tuple(steps),
-        grain=None,
-        host=None,
-        shared_run=False,
-        partial=False,
-        partial_reasons=(),
-        device_tracer_level_applied=None,
-        data={},
-    )
+    window: dict[str, Any] = {
+        "rule": "steady",
+        "reason": None,
+        "first_step": traced.start,
+        "last_step": traced.stop - 1,
+        "complete": True,
+    }
+    if stop_in is not None:
+        window["trace_stop_unix_ns"] = steps[stop_in]["start_unix_ns"] + MS
+    if untraced_after is not None:
+        first, last = untraced_after
+        window["untraced_after"] = {"first_step": first, "last_step": last, "complete": complete}
+    parsed = SC.parse({"steps": steps, "window": window, "step_source": "grain"})
+    assert parsed is not None
+    return parsed
 
 
 def test_the_step_that_holds_the_write_is_not_the_runs() -> None:
