@@ -9,6 +9,7 @@ from traceinspect.analysis.callbacks import Callbacks
 from traceinspect.analysis.counterfactual import (
     FLOORS_BY_BACKEND,
     HOST_WORK_IDLE,
+    ahead_without,
     cores_floor_ns,
     expected_without,
     gains_nothing,
@@ -216,8 +217,7 @@ def read_gains_nothing(m: Measured, found: dict[str, Found]) -> str | None:
     floors = floors_of(m, stall.detail if stall is not None else None)
     if not gains_nothing("sync", floors, m.step_ns):
         return None
-    kept = {k: v for k, v in floors.items() if k != "stall"}
-    expected = expected_without("sync", 0.0, kept) / 1e6
+    expected = ahead_without("sync", floors) / 1e6
     return (
         f"The device idles after a read of a device value {m.fractions['sync']:.0%} of step "
         f"time, but removing the read gains nothing: the step expected without it is "

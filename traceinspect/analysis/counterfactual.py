@@ -138,8 +138,15 @@ def gains_nothing(cause: str, floors: Mapping[str, float | None], step_ns: float
     host's preparation of the next step takes a core the program runs on (the ``cores``
     floor: the family's ``.block_until_ready()`` every step over a pipeline that keeps up
     ran no faster without the read, and analyze called it sync-bound)."""
+    return step_ns > 0 and ahead_without(cause, floors) >= step_ns * (1.0 - MATTERS)
+
+
+def ahead_without(cause: str, floors: Mapping[str, float | None]) -> float:
+    """The step expected without ``cause`` once the host runs ahead, the floors alone
+    setting it, in the window's pace: the parts of :data:`ADDED_UNLESS_REMOVED` left out,
+    as the window's typical step leaves them out (:func:`gains_nothing` compares the two)."""
     kept = {k: v for k, v in floors.items() if k not in ADDED_UNLESS_REMOVED}
-    return step_ns > 0 and expected_without(cause, 0.0, kept) >= step_ns * (1.0 - MATTERS)
+    return expected_without(cause, 0.0, kept)
 
 
 def read_floor_ns(per_step: Table) -> float:
