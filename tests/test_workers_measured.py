@@ -440,3 +440,32 @@ def test_more_workers_must_gain_what_matters() -> None:
     # Slower than measured: kept, and said so.
     slower = _count(2, 3, 50.0)
     assert "slower than the 37.30 ms measured at 3" in _never_slower(slower, 37.3)
+
+
+def _sync_bound_w0(step_ms: float, device_ms: float, batch_ms: float) -> Recommendation:
+    side = {
+        "host": {"cpus_available": 2, "memory_available_bytes": 16 * GIB},
+        "grain": {"worker_count": 0, "read_threads": 2},
+    }
+    return recommend_workers(
+        worker_inputs("sync-bound", step_ms, device_ms, input_wait_ms=batch_ms, sidecar=parse(side))
+    )
+
+
+def test_a_worker_after_the_read_must_gain_what_matters() -> None:
+    """A `.block_until_ready()` every step over records from memory, no workers (the
+    family's block_keepup, 2 cores, 2026-11-30): the training process made each batch in
+    0.07-0.09 ms after the read, and "1 worker" promised 6.70-7.50 ms against 7.01-7.91
+    traced; 1 worker timed 7.4-8.1 ms, 0 workers 5.9-6.3 (no capture). A worker is advised
+    after a read only where it gains MATTERS (5%), as more workers are anywhere else."""
+    kept = _sync_bound_w0(7.01, 6.33, 0.07)
+    assert (kept.value, kept.current, kept.expected_step_ms) == (0, 0, 7.01)
+    assert kept.reason is not None
+    assert "after the read (0.07 ms a step); at 1 worker(s) the step would be about 6.94 ms" in (
+        kept.reason
+    )
+    assert "no faster by 5% than the 7.01 ms measured at 0, so keep 0" in kept.reason
+    # The family's float(loss) every step at 0 workers: a batch of 6 ms after the read.
+    gains = _sync_bound_w0(18.3, 7.2, 6.0)
+    assert (gains.value, gains.expected_step_ms) == (1, 12.3)
+    assert gains.reason is not None and "one Grain worker makes it during the read" in gains.reason

@@ -155,6 +155,16 @@ def _recommend(inputs: WorkerInputs, stall_ms: float | None = None) -> dict[str,
             expected_without("input", inputs.step_ms - x, {"device": d, "stall": stall_ms}), 3
         )
         rec["bounded_by"] = "measurement"
+        # A worker must gain what matters here too: a batch made in 0.07 ms after a
+        # `.block_until_ready()` promised 1%, and 1 worker ran that loop 8-20% slower than
+        # expected (a process beside the program's 2 cores).
+        kept = _never_slower(rec, inputs.step_ms + (stall_ms or 0.0))
+        if kept:
+            rec["reason"] = (
+                "the run is sync-bound, and the training process makes each batch itself "
+                f"after the read ({x:.2f} ms a step){kept}; removing the per-step sync closes "
+                "the gap"
+            )
         return rec
     if inputs.verdict == "sync-bound":
         rec["reason"] = (
