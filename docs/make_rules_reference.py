@@ -25,7 +25,7 @@ def _share(value: float) -> str:
 def rules_block() -> str:
     lines = [
         "| # | rule | cause | verdict | from | must beat the idle causes but the host's "
-        "| replaces only | meaning |",
+        "(by over `TIED`) | replaces only | meaning |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for i, row in enumerate(rules_table(), start=1):

@@ -15,7 +15,7 @@ from traceinspect.analysis.counterfactual import (
     gains_nothing,
 )
 from traceinspect.analysis.rules import RULES, RUN_CAUSES, Claim, decide, idle_claims
-from traceinspect.thresholds import DOMINATES, MATTERS, REGISTRY
+from traceinspect.thresholds import DOMINATES, MATTERS, REGISTRY, TIED
 from traceinspect.vocabulary import CAUSES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "traceinspect"
@@ -110,6 +110,34 @@ def _idle(**shares: float) -> list[Claim]:
             "input-bound",
             "input",
             "idle_cause",
+        ),
+        # A read every step and a checkpoint every 40 steps, tied within a capture's noise
+        # (the family's read_ckpt, 900 steps: the verdict flipped in 1 of 3 captures): the
+        # window's own cause takes the tie, in either order of the two shares.
+        (
+            [*_idle(sync=0.3304), Claim("stall", 0.3323, "measured", "host-bound")],
+            1.0,
+            "sync-bound",
+            "sync",
+            "idle_cause",
+        ),
+        (
+            [*_idle(sync=0.3332), Claim("stall", 0.3245, "measured", "host-bound")],
+            1.0,
+            "sync-bound",
+            "sync",
+            "idle_cause",
+        ),
+        # Larger by more than TIED: the stall.
+        (
+            [
+                *_idle(sync=0.30),
+                Claim("stall", 0.30 * (1 + TIED) + 0.001, "measured", "host-bound"),
+            ],
+            1.0,
+            "host-bound",
+            "stall",
+            "recurring_stall",
         ),
         # A pipeline on the training process's threads that paces the loop.
         (

@@ -18,6 +18,13 @@ MATTERS: Final = 0.05
 #: 1.3-1.7 ms of Python a step came out at 5-6% and flipped its verdict from one capture to
 #: the next; the family's 10 ms of CPU a step, 35%.
 DOMINATES: Final = 0.20
+#: Two causes' shares of step time within this fraction of each other are the same within a
+#: capture's noise: a run-level cause (a recurring stall, a callback, the loop's CPU) names the
+#: verdict over the window's largest idle cause only where it is larger by more. The family's
+#: per-step read with a 250 ms checkpoint every 40 steps, 900 steps, 3 default captures: the
+#: read 0.330-0.333 of step time, the checkpoint 0.325-0.332, and the verdict flipped in 1
+#: of 3 (sync-bound, host-bound, sync-bound).
+TIED: Final = 0.05
 #: A step within this factor of the best counts as keeping up: the tolerance that defines
 #: the measured knee (the smallest worker count within 10% of the best step). Workers that
 #: deliver within it are enough; host work after a read within it of the device's step would
@@ -56,6 +63,7 @@ REGISTRY: Final[dict[str, float]] = {
     "DOMINATES": DOMINATES,
     "KNEE_TOLERANCE": KNEE_TOLERANCE,
     "SYNC_RECURS": SYNC_RECURS,
+    "TIED": TIED,
     "READS_EVERY_STEP": READS_EVERY_STEP,
     "READ_FLOOR_QUANTILE": READ_FLOOR_QUANTILE,
     "CALLBACK_ALONE": CALLBACK_ALONE,

@@ -33,6 +33,7 @@ from traceinspect.thresholds import (
     ISOLATE_TOLERANCE,
     MATTERS,
     SYNC_RECURS,
+    TIED,
 )
 from traceinspect.vocabulary import CAUSES, VERDICTS
 
@@ -60,7 +61,9 @@ class Claim:
 @dataclass(frozen=True)
 class Rule:
     """One row of the decision table. ``threshold``: the share the claim must reach;
-    ``beats_idle``: it must also exceed the largest idle share other than the host's;
+    ``beats_idle``: it must also exceed the largest idle share other than the host's, by more
+    than :data:`~traceinspect.thresholds.TIED` of it (shares that close are a tie, which the
+    window's own cause takes);
     ``over``: the idle verdicts it may replace (None: any)."""
 
     id: str
@@ -202,7 +205,7 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         claim = by_cause.get(rule.cause)
         if rule.cause not in RUN_CAUSES or claim is None or claim.share < rule.threshold:
             continue
-        if rule.beats_idle and claim.share <= largest_but_host:
+        if rule.beats_idle and claim.share <= largest_but_host * (1.0 + TIED):
             continue
         if rule.over is not None and idle_verdict not in rule.over:
             continue
