@@ -139,6 +139,13 @@ def applied(args: list[str], rec: dict[str, Any]) -> list[str] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=STEPS,
+        help="the script's steps, captured and timed (a longer script leaves capture room to "
+        "time its untraced block after the window)",
+    )
     parser.add_argument("--truth", type=int, default=2, help="runs without the profiler")
     parser.add_argument(
         "--truth-each",
@@ -187,7 +194,7 @@ def main() -> None:
         runs = timed.setdefault(key, [])
         want = len(runs) + args.truth if fresh else args.truth
         while len(runs) < want:
-            runs.append(round(truth_ms(cli, STEPS), 3))
+            runs.append(round(truth_ms(cli, args.steps), 3))
             print(f"  timed {key}: {runs[-1]:.2f} ms", flush=True)
         return min(runs[-args.truth :]) if fresh else min(runs)
 
@@ -218,7 +225,7 @@ def main() -> None:
             if late():
                 break
             keep = None if args.keep is None else args.keep / f"{name}-{i + 1}"
-            result = capture_and_analyze(cli, STEPS, keep)
+            result = capture_and_analyze(cli, args.steps, keep)
             first = (result.get("recommendations") or [{}])[0]
             got: dict[str, Any] = {
                 "load_1min": round(os.getloadavg()[0], 2),
