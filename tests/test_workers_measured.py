@@ -442,13 +442,18 @@ def test_more_workers_must_gain_what_matters() -> None:
     assert "slower than the 37.30 ms measured at 3" in _never_slower(slower, 37.3)
 
 
-def _sync_bound_w0(step_ms: float, device_ms: float, batch_ms: float) -> Recommendation:
+def _sync_bound_w0(
+    step_ms: float, device_ms: float, batch_ms: float, untraced_ms: float | None = None
+) -> Recommendation:
     side = {
         "host": {"cpus_available": 2, "memory_available_bytes": 16 * GIB},
         "grain": {"worker_count": 0, "read_threads": 2},
     }
     return recommend_workers(
-        worker_inputs("sync-bound", step_ms, device_ms, input_wait_ms=batch_ms, sidecar=parse(side))
+        worker_inputs(
+            "sync-bound", step_ms, device_ms, input_wait_ms=batch_ms, sidecar=parse(side)
+        ),
+        untraced_ms=untraced_ms,
     )
 
 
@@ -469,3 +474,18 @@ def test_a_worker_after_the_read_must_gain_what_matters() -> None:
     gains = _sync_bound_w0(18.3, 7.2, 6.0)
     assert (gains.value, gains.expected_step_ms) == (1, 12.3)
     assert gains.reason is not None and "one Grain worker makes it during the read" in gains.reason
+
+
+def test_a_kept_count_expects_the_run_s_untraced_step() -> None:
+    """The same loop run 900 steps (2026-11-30): the window 7.45-7.99 ms a step traced,
+    capture's untraced block after it 6.31-6.57, the loop timed without capture 6.06-6.40.
+    A count kept leaves the step the run's, so its expected step is the untraced one where
+    capture timed it; a count changed still expects the counterfactual's."""
+    kept = _sync_bound_w0(7.43, 6.33, 0.07, untraced_ms=6.1454)
+    assert (kept.value, kept.expected_step_ms) == (0, 6.145)
+    assert kept.message.endswith(
+        "expected step time 6.14 ms, as capture timed the run without the profiler."
+    )
+    changed = _sync_bound_w0(18.3, 7.2, 6.0, untraced_ms=17.9)
+    assert (changed.value, changed.expected_step_ms) == (1, 12.3)
+    assert "without the profiler" not in changed.message

@@ -81,6 +81,7 @@ def recommend_workers(
     input_limits: bool = True,
     read_floor_ms: float | None = None,
     stall_ms: float | None = None,
+    untraced_ms: float | None = None,
 ) -> Recommendation:
     """The ``grain_worker_count`` recommendation. ``input_limits``: whether input is what
     holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
@@ -94,7 +95,10 @@ def recommend_workers(
     4 ran within 2% of the best, 10.1 ms at 4 against 9.96 at 7). ``stall_ms``: a recurring
     stall's time per step, which no worker count removes: ``inputs.step_ms`` is then the
     run's step without it, and every expected step adds it back (the counterfactual's
-    ``stall``)."""
+    ``stall``). ``untraced_ms``: the run's step as capture timed it without the profiler
+    after the window (stalls and all), the expected step of a count kept: the step stays
+    the run's, not the traced window's (a `.block_until_ready()` every step, kept at 0
+    workers: 7.45-7.99 ms traced, 6.31-6.57 untraced, 6.06-6.40 timed without capture)."""
     if read_floor_ms is not None:
         inputs = replace(inputs, read_floor_ms=read_floor_ms)
     rec = _recommend(inputs, stall_ms)
@@ -102,6 +106,9 @@ def recommend_workers(
         rec["expected_step_ms"] = round(inputs.step_ms + (stall_ms or 0.0), 3)
         rec["unchanged"] = True
         rec.pop("read_limits", None)
+    if untraced_ms and rec["value"] is not None and rec["value"] == rec["current"]:
+        rec["expected_step_ms"] = round(untraced_ms, 3)
+        rec["untraced"] = True
     return Recommendation(
         GRAIN_WORKER_COUNT,
         _message(rec, inputs.maxtext),

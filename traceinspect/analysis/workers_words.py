@@ -36,14 +36,17 @@ def _message(rec: dict[str, Any], maxtext: bool | None = True) -> str:
             if keep
             else f"Set the Grain worker count to {rec['value']} (now {current}; {setting})"
         )
+    step = f"{rec['expected_step_ms']:.2f} ms"
+    if rec.get("untraced"):
+        step += ", as capture timed the run without the profiler"
     if rec.get("unchanged"):
         return (
-            f"{head}: {rec['reason']}; the step stays at about {rec['expected_step_ms']:.2f} ms "
+            f"{head}: {rec['reason']}; the step stays at about {step} "
             "(input is not what holds it back)."
         )
     if rec.get("read_limits"):
         return (
-            f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms, "
+            f"{head}: {rec['reason']}; expected step time {step}, "
             "where the read of a device value every step then limits it (remove it next)."
         )
-    return f"{head}: {rec['reason']}; expected step time {rec['expected_step_ms']:.2f} ms."
+    return f"{head}: {rec['reason']}; expected step time {step}."
