@@ -259,6 +259,19 @@ def test_device_and_host_clocks_that_do_not_overlap(tmp_path: Path) -> None:
         analyze(_load(tmp_path, xs))
 
 
+def test_steps_dispatched_while_the_device_waited(tmp_path: Path) -> None:
+    # A loaded capture of buffered batches (1 run in 8): the device finished the earlier
+    # steps before the window, the host dispatched all 3 traced steps in 3 ms, and the
+    # device started on them 2 ms after. Not a clock skew: the window holds no device work.
+    xs = X.space()
+    X.add_plane(xs, "/host:CPU").line("python", 30_000_000, _steps(3, 1))
+    work = [X.Ev("fusion", ms(5 * i), ms(4)) for i in range(4)]
+    work += [X.Ev("fusion", ms(35 + 5 * i), ms(4)) for i in range(3)]
+    X.add_plane(xs, "/device:TPU:0").line("XLA Ops", 0, work)
+    with pytest.raises(AnalysisError, match="dispatched all 3 traced steps before the device"):
+        analyze(_load(tmp_path, xs))
+
+
 def test_steps_from_the_capture_sidecar(tmp_path: Path) -> None:
     """No step annotation, no repeated program: the host step times capture recorded."""
     import json

@@ -62,11 +62,31 @@ def test_buffer_memory_above_half_of_ram() -> None:
     assert f.fix.startswith("Set MultiprocessingOptions(per_worker_buffer_size=1)")
     assert "(120 MiB buffered)" in f.fix
     # With each worker's measured memory on top; and silent when it all fits in half.
-    (with_rss,) = _run(
-        sidecar=_side(grain, available=4 * GIB), measured=_measured(0.3, 0.9, rss=100 * MIB)
-    )
+    measured = {**grain, "workers_measured": _probe(100 * MIB, 5)}
+    (with_rss,) = _run(sidecar=_side(measured, available=4 * GIB))
     assert "+ 12 x 100 MiB worker memory" in with_rss.message
     assert _run(sidecar=_side(grain, available=8 * GIB)) == ()
+
+
+def _probe(rss: int, elements: int) -> dict[str, Any]:
+    """Capture's probe of two workers over a 47 ms window, each ``elements`` made in it."""
+    worker = {"wall_s": 0.05, "elements": elements, "produce_s": 0.05, "blocked_s": 0.0}
+    workers = [{**worker, "index": i, "cpu_s": 0.04, "rss_bytes": rss - i * MIB} for i in (0, 1)]
+    return {"window_s": 0.047, "batches": 10, "elements": 2 * elements, "workers": workers}
+
+
+def test_buffer_memory_counts_workers_that_made_nothing_in_the_window() -> None:
+    # The capture test's pipeline under load (1 run in 5): its 10 traced steps took 47 ms of
+    # batches buffered before the window, neither worker made one in it, so there is no
+    # WorkerMeasurement; each still held ~340 MB, which puts the buffers over half.
+    grain = {"worker_count": 2, "per_worker_buffer_size": 8, "bytes_per_batch": 40 * MIB}
+    side = _side({**grain, "workers_measured": _probe(340 * MIB, 0)}, available=2 * GIB)
+    (f,) = _run(sidecar=side, measured=None)
+    assert f.message.startswith(
+        "Worker buffers hold 2 workers x 8 batches x 40 MiB = 640 MiB + 2 x 340 MiB worker "
+        "memory, 64% of the 2,048 MiB of memory available at capture"
+    )
+    assert _run(sidecar=_side(grain, available=2 * GIB)) == ()
 
 
 def test_buffer_memory_in_a_container() -> None:

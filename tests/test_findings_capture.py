@@ -280,9 +280,24 @@ def test_buffers_above_half_of_the_containers_memory(
     # each: Python, jax, a batch or two in flight): above half of the 2 GiB the container may
     # use, though the run fits in it (it peaked at ~1.5 GiB). The first 24 steps drain the
     # 16 batches buffered while step 0 compiled (traced, the host runs ahead of the device).
+    # Each step is 3 ms of device work, so the device still works through the window: with
+    # none, the host once dispatched all 10 traced steps in 3 ms of buffered batches while
+    # the device waited, and the trace could not be analysed (1 run in 8 on a loaded
+    # machine).
     run_dir = _capture(
         tmp_path,
-        ["--steps", "36", "--workers", "2", "--buffer", "8", "--batch-mb", "40"],
+        [
+            "--steps",
+            "36",
+            "--workers",
+            "2",
+            "--buffer",
+            "8",
+            "--batch-mb",
+            "40",
+            "--device-ms",
+            "3",
+        ],
         skip_steps=24,
         steps=10,
         preexec_fn=container.enter,

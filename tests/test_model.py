@@ -449,12 +449,19 @@ def test_the_waiting_share_is_compared_in_one_predicate() -> None:
     """Whether a pipeline computes or waits on reads is one comparison,
     ``workers_inputs.computes``: the worker count, the input advice, the findings, the
     pipeline detector and isolate call it, so that their words cannot disagree on it."""
-    found = []
+    found = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare):
                 names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
                 if "WAITING_SHARE" in names:
-                    found.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.lineno}")
-    assert found == ["traceinspect/analysis/workers_inputs.py:188"]
+                    # Named by the innermost function around it (module level: none).
+                    around = [
+                        f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or 0)
+                    ]
+                    inner = min(around, key=lambda f: (f.end_lineno or 0) - f.lineno, default=None)
+                    where = path.relative_to(PACKAGE.parent).as_posix()
+                    found.add((where, inner.name if inner else ""))
+    assert found == {("traceinspect/analysis/workers_inputs.py", "computes")}

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceinspect import names as N
+from traceinspect.analysis import workers_inputs as WI
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Finding, Recommendation, Severity
 from traceinspect.analysis.steps import Steps, nested_spans
 from traceinspect.analysis.training_thread import ThreadEvents
@@ -93,7 +94,7 @@ def findings(
     out: list[Finding] = []
     out += _sync_in_loop(verdict, recommendations)
     out += _no_read_ahead(verdict, sidecar)
-    out += _buffer_memory(sidecar, measured, step_ms)
+    out += _buffer_memory(sidecar, step_ms)
     out += _workers_vs_cores(verdict, sidecar, measured, recommendations, step_ms)
     out += _op_by_op(fractions, dispatches, steps_one_call_each)
     out += sidecar_findings(sidecar)
@@ -149,9 +150,7 @@ def _no_read_ahead(verdict: str, sidecar: Sidecar | None) -> list[Finding]:
     ]
 
 
-def _buffer_memory(
-    sidecar: Sidecar | None, measured: WorkerMeasurement | None, step_ms: float
-) -> list[Finding]:
+def _buffer_memory(sidecar: Sidecar | None, step_ms: float) -> list[Finding]:
     grain = sidecar.grain if sidecar is not None else None
     host = sidecar.host if sidecar is not None else None
     if grain is None or host is None or not host.memory_available_bytes:
@@ -159,7 +158,7 @@ def _buffer_memory(
     workers, size, batch = grain.worker_count, grain.per_worker_buffer_size, grain.bytes_per_batch
     if not workers or not size or not batch:
         return []
-    rss = measured.rss_bytes if measured is not None and measured.rss_bytes else 0
+    rss = WI.largest_worker_rss(grain.measured) or 0
     buffered = workers * size * batch
     total = buffered + workers * rss
     available = host.memory_available_bytes
