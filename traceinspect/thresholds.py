@@ -20,7 +20,9 @@ MATTERS: Final = 0.05
 DOMINATES: Final = 0.20
 #: Two causes' shares of step time within this fraction of each other are the same within a
 #: capture's noise: a run-level cause (a recurring stall, a callback, the loop's CPU) names the
-#: verdict over the window's largest idle cause only where it is larger by more. The family's
+#: verdict over the window's largest idle cause only where it is larger by more, when the
+#: two name different verdicts (one that names the window's own verdict says it more
+#: precisely, and needs only the larger share). The family's
 #: per-step read with a 250 ms checkpoint every 40 steps, 900 steps, 3 default captures: the
 #: read 0.330-0.333 of step time, the checkpoint 0.325-0.332, and the verdict flipped in 1
 #: of 3 (sync-bound, host-bound, sync-bound).

@@ -205,7 +205,12 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         claim = by_cause.get(rule.cause)
         if rule.cause not in RUN_CAUSES or claim is None or claim.share < rule.threshold:
             continue
-        if rule.beats_idle and claim.share <= largest_but_host * (1.0 + TIED):
+        # Shares within TIED of each other are a tie only where the two name different
+        # verdicts; a run-level cause that names the window's own verdict is that verdict's
+        # cause named more precisely (an epoch's restart: most of an input-bound window's
+        # waiting, 0.82 of the run's step time against the window's 0.79), and says so.
+        tied = TIED if (rule.verdict or claim.verdict or idle_verdict) != idle_verdict else 0.0
+        if rule.beats_idle and claim.share <= largest_but_host * (1.0 + tied):
             continue
         if rule.over is not None and idle_verdict not in rule.over:
             continue
