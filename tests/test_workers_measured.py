@@ -489,3 +489,19 @@ def test_a_kept_count_expects_the_run_s_untraced_step() -> None:
     changed = _sync_bound_w0(18.3, 7.2, 6.0, untraced_ms=17.9)
     assert (changed.value, changed.expected_step_ms) == (1, 12.3)
     assert "without the profiler" not in changed.message
+
+
+def test_the_memory_cap_counts_workers_that_made_nothing_in_the_window() -> None:
+    # A window of batches buffered before it: neither worker made one in it, so there is no
+    # WorkerMeasurement, but the probe saw each hold 1.5 GiB. 4 GiB available x 0.8 over
+    # (1.5 GiB + one 4 MiB batch) allows 2 workers, where 256 MiB a worker would allow 12.
+    side = _sidecar(2, produce_s=0.0, cpu_s=0.0, elements=0, rss=3 * GIB // 2, cpus=16)
+    side["host"]["memory_available_bytes"] = 4 * GIB
+    rec = _rec("input-bound", 10.0, 45.0, side)
+    assert rec.measured is None
+    assert (rec.value, rec.bounded_by) == (2, "memory")
+    assert rec.expected_step_ms == 45.0  # the 2 workers it runs now
+    # Workers of 200 MiB leave the count to the pace: 12 (ceil(90 * 1.25 / 10)).
+    light = _sidecar(2, produce_s=0.0, cpu_s=0.0, elements=0, rss=200 << 20, cpus=16)
+    light["host"]["memory_available_bytes"] = 4 * GIB
+    assert (_rec("input-bound", 10.0, 45.0, light).value, rec.current) == (12, 2)

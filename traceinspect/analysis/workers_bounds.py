@@ -16,8 +16,10 @@ MEMORY_SHARE = 0.8  # of the memory available at capture time
 
 
 def _per_worker_bytes(inputs: WorkerInputs) -> int:
-    measured = inputs.measured
-    overhead = measured.rss_bytes if measured and measured.rss_bytes else WORKER_OVERHEAD_BYTES
+    # The probe's memory of every worker it saw, not only of those that made a batch in the
+    # window (``inputs.measured`` is None where none did: a window of buffered batches).
+    rss = inputs.worker_rss_bytes or (inputs.measured.rss_bytes if inputs.measured else None)
+    overhead = rss or WORKER_OVERHEAD_BYTES
     return overhead + (inputs.bytes_per_batch or 0) * (inputs.per_worker_buffer_size or 1)
 
 

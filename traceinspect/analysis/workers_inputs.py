@@ -53,6 +53,9 @@ class WorkerInputs:
     #: (capture's ``machine_load``; None: not recorded).
     host_cores: int | None = None
     others_cpu_cores: float | None = None
+    #: The largest worker's resident memory as capture's probe saw it (bytes), whether or not
+    #: a worker made a batch in the window (:func:`largest_worker_rss`); None: not measured.
+    worker_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -235,4 +238,5 @@ def worker_inputs(
             if sidecar is not None and sidecar.machine_load is not None
             else None
         ),
+        worker_rss_bytes=largest_worker_rss(grain.measured),
     )
