@@ -205,11 +205,9 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         claim = by_cause.get(rule.cause)
         if rule.cause not in RUN_CAUSES or claim is None or claim.share < rule.threshold:
             continue
-        # Shares within TIED of each other are a tie only where the two name different
-        # verdicts; a run-level cause that names the window's own verdict is that verdict's
-        # cause named more precisely (an epoch's restart: most of an input-bound window's
-        # waiting, 0.82 of the run's step time against the window's 0.79), and says so.
-        tied = TIED if (rule.verdict or claim.verdict or idle_verdict) != idle_verdict else 0.0
+        # A tie (shares within TIED) only between different verdicts: a cause naming the
+        # window's own is it said more precisely (an epoch's restart, 0.82 against 0.79).
+        tied = TIED if _names(rule, claim, idle_verdict) != idle_verdict else 0.0
         if rule.beats_idle and claim.share <= largest_but_host * (1.0 + tied):
             continue
         if rule.over is not None and idle_verdict not in rule.over:
@@ -226,7 +224,7 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         cause = top if chosen.cause == "idle" else chosen.cause
         claim = by_cause[cause]
         basis, value = claim.basis, claim.share
-        verdict = chosen.verdict or claim.verdict or idle_verdict
+        verdict = _names(chosen, claim, idle_verdict)
     others = [c for c in by_cause.values() if c.cause not in (cause, "runtime") and c.share > 0]
     runner = max(others, key=lambda c: c.share, default=None)
     return Decision(
@@ -240,6 +238,11 @@ def decide(claims: Iterable[Claim], sync_steps: float = 1.0) -> Decision:
         occasional_sync=occasional and chosen.id != "recurring_stall",
         sync_steps=sync_steps,
     )
+
+
+def _names(rule: Rule, claim: Claim, idle_verdict: str) -> str:
+    """The verdict a row names for a claim: its own, else the claim's, else the window's."""
+    return rule.verdict or claim.verdict or idle_verdict
 
 
 _BY_ID: Final = {r.id: r for r in RULES}
