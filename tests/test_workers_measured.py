@@ -3,6 +3,7 @@ numbers: cost per batch, the core cap by CPU share, fewer workers when they idle
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -443,7 +444,11 @@ def test_more_workers_must_gain_what_matters() -> None:
 
 
 def _sync_bound_w0(
-    step_ms: float, device_ms: float, batch_ms: float, untraced_ms: float | None = None
+    step_ms: float,
+    device_ms: float,
+    batch_ms: float,
+    untraced_ms: float | None = None,
+    traced_only: bool = False,
 ) -> Recommendation:
     side = {
         "host": {"cpus_available": 2, "memory_available_bytes": 16 * GIB},
@@ -454,6 +459,7 @@ def _sync_bound_w0(
             "sync-bound", step_ms, device_ms, input_wait_ms=batch_ms, sidecar=parse(side)
         ),
         untraced_ms=untraced_ms,
+        traced_only=traced_only,
     )
 
 
@@ -491,6 +497,25 @@ def test_a_kept_count_expects_the_run_s_untraced_step() -> None:
     assert "without the profiler" not in changed.message
 
 
+def test_a_kept_count_from_the_traced_step_alone_says_so() -> None:
+    """The same loop run 300 steps: the window (at least 1 s) ended with the script, capture
+    timed no untraced step, and "keep 0" expected the traced 7.4-7.8 ms against 6.1-6.5
+    timed without capture (-16 to -22%). The figure is the traced step, and it says so."""
+    kept = _sync_bound_w0(7.43, 6.33, 0.07, traced_only=True)
+    assert (kept.value, kept.expected_step_ms) == (0, 7.43)
+    assert kept.message.endswith(
+        "expected step time 7.43 ms, the traced step with the profiler's cost in it (the "
+        "script ended before capture could time steps without it: run more steps for the "
+        "run's own)."
+    )
+    # A count changed, or one timed untraced, says nothing of it.
+    changed = _sync_bound_w0(18.3, 7.2, 6.0, traced_only=True)
+    assert (changed.value, changed.expected_step_ms) == (1, 12.3)
+    assert "profiler" not in changed.message
+    timed = _sync_bound_w0(7.43, 6.33, 0.07, untraced_ms=6.1454, traced_only=True)
+    assert "profiler's cost" not in timed.message
+
+
 def test_the_memory_cap_counts_workers_that_made_nothing_in_the_window() -> None:
     # A window of batches buffered before it: neither worker made one in it, so there is no
     # WorkerMeasurement, but the probe saw each hold 1.5 GiB. 4 GiB available x 0.8 over
@@ -505,3 +530,27 @@ def test_the_memory_cap_counts_workers_that_made_nothing_in_the_window() -> None
     light = _sidecar(2, produce_s=0.0, cpu_s=0.0, elements=0, rss=200 << 20, cpus=16)
     light["host"]["memory_available_bytes"] = 4 * GIB
     assert (_rec("input-bound", 10.0, 45.0, light).value, rec.current) == (12, 2)
+
+
+def test_analyze_says_which_step_a_kept_count_expects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wiring: a capture whose window has no untraced steps after it gives the worker
+    count ``traced_only``; one that timed them gives their mean instead."""
+    import traceinspect
+    from traceinspect.analysis import advice
+    from traceinspect.analysis.analyze import analyze
+
+    seen: list[dict[str, Any]] = []
+    real = recommend_workers
+
+    def spy(*args: Any, **kwargs: Any) -> Recommendation:
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(advice, "recommend_workers", spy)
+    root = Path(__file__).resolve().parents[1] / "sample_traces" / "scenarios"
+    analyze(traceinspect.load(root / "sync_bound"))  # no steps timed after it
+    analyze(traceinspect.load(root / "family" / "read_float_w0"))  # 19.26 ms after it
+    assert [(k["traced_only"], k["untraced_ms"]) for k in seen] == [
+        (True, None),
+        (False, pytest.approx(19.2639)),
+    ]

@@ -245,6 +245,7 @@ def _idle_advice(
             read_floor_ms=read_floor_ns(m.per_step) / 1e6 if reads else None,
             stall_ms=stall_ms,
             untraced_ms=m.untraced_ns / 1e6 if m.untraced_ns else None,
+            traced_only=m.window is not None and not m.untraced_ns,
         )
         # Where input does not hold the step back, only fewer workers are worth a word.
         fewer = workers.value is not None and workers.value < (workers.current or 0)

@@ -39,6 +39,11 @@ def _message(rec: dict[str, Any], maxtext: bool | None = True) -> str:
     step = f"{rec['expected_step_ms']:.2f} ms"
     if rec.get("untraced"):
         step += ", as capture timed the run without the profiler"
+    elif rec.get("traced_only"):
+        step += (
+            ", the traced step with the profiler's cost in it (the script ended before capture "
+            "could time steps without it: run more steps for the run's own)"
+        )
     if rec.get("unchanged"):
         return (
             f"{head}: {rec['reason']}; the step stays at about {step} "
