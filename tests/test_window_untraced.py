@@ -110,3 +110,20 @@ def test_a_slower_window_than_the_run_is_said() -> None:
     window, note = window_check(_sidecar(walls, range(10, 20), stop_in=20))
     assert window is not None and window["representative"] is False
     assert note is not None and "the 30 untraced steps after them at 10.00 ms/step" in note
+
+
+def test_a_window_stopped_after_on_purpose_is_told_from_one_the_script_ended() -> None:
+    """``capture --stop-after`` times nothing after the window unless asked to
+    (``time_after``); the sidecar's options say which, and the window records it."""
+    window = {"rule": "steady", "first_step": 40, "last_step": 47, "complete": True}
+
+    def parsed(options: dict[str, Any]) -> bool:
+        record = SC.parse({"window": window, "options": options, "step_source": "grain"})
+        assert record is not None and record.window is not None
+        return record.window.stopped_after
+
+    assert parsed({"stop_after": True})
+    assert parsed({"stop_after": True, "time_after": False})
+    assert not parsed({"stop_after": True, "time_after": True})
+    assert not parsed({"stop_after": False, "time_after": True})
+    assert not parsed({})

@@ -12,7 +12,12 @@ import pytest
 from traceinspect import schema as S
 from traceinspect.analysis.counterfactual import read_floor_ns as _read_floor_ns
 from traceinspect.analysis.result import Recommendation
-from traceinspect.analysis.workers import WorkerMeasurement, recommend_workers, worker_inputs
+from traceinspect.analysis.workers import (
+    TracedOnly,
+    WorkerMeasurement,
+    recommend_workers,
+    worker_inputs,
+)
 from traceinspect.analysis.workers_bounds import _never_slower
 from traceinspect.sidecar import WorkersMeasured, parse
 
@@ -448,7 +453,7 @@ def _sync_bound_w0(
     device_ms: float,
     batch_ms: float,
     untraced_ms: float | None = None,
-    traced_only: bool = False,
+    traced_only: TracedOnly | None = None,
 ) -> Recommendation:
     side = {
         "host": {"cpus_available": 2, "memory_available_bytes": 16 * GIB},
@@ -501,7 +506,7 @@ def test_a_kept_count_from_the_traced_step_alone_says_so() -> None:
     """The same loop run 300 steps: the window (at least 1 s) ended with the script, capture
     timed no untraced step, and "keep 0" expected the traced 7.4-7.8 ms against 6.1-6.5
     timed without capture (-16 to -22%). The figure is the traced step, and it says so."""
-    kept = _sync_bound_w0(7.43, 6.33, 0.07, traced_only=True)
+    kept = _sync_bound_w0(7.43, 6.33, 0.07, traced_only="ended")
     assert (kept.value, kept.expected_step_ms) == (0, 7.43)
     assert kept.message.endswith(
         "expected step time 7.43 ms, the traced step with the profiler's cost in it (the "
@@ -509,11 +514,17 @@ def test_a_kept_count_from_the_traced_step_alone_says_so() -> None:
         "run's own)."
     )
     # A count changed, or one timed untraced, says nothing of it.
-    changed = _sync_bound_w0(18.3, 7.2, 6.0, traced_only=True)
+    changed = _sync_bound_w0(18.3, 7.2, 6.0, traced_only="ended")
     assert (changed.value, changed.expected_step_ms) == (1, 12.3)
     assert "profiler" not in changed.message
-    timed = _sync_bound_w0(7.43, 6.33, 0.07, untraced_ms=6.1454, traced_only=True)
+    timed = _sync_bound_w0(7.43, 6.33, 0.07, untraced_ms=6.1454, traced_only="ended")
     assert "profiler's cost" not in timed.message
+    # Stopped by capture --stop-after, which then timed no untraced step on purpose.
+    stopped = _sync_bound_w0(7.43, 6.33, 0.07, traced_only="stopped")
+    assert stopped.message.endswith(
+        "expected step time 7.43 ms, the traced step with the profiler's cost in it (capture "
+        "stopped the script after the window: without --stop-after it times the run's own)."
+    )
 
 
 def test_the_memory_cap_counts_workers_that_made_nothing_in_the_window() -> None:
@@ -534,7 +545,8 @@ def test_the_memory_cap_counts_workers_that_made_nothing_in_the_window() -> None
 
 def test_analyze_says_which_step_a_kept_count_expects(monkeypatch: pytest.MonkeyPatch) -> None:
     """The wiring: a capture whose window has no untraced steps after it gives the worker
-    count ``traced_only``; one that timed them gives their mean instead."""
+    count ``traced_only`` (why: ``--stop-after``, or the script's end); one that timed them
+    gives their mean instead."""
     import traceinspect
     from traceinspect.analysis import advice
     from traceinspect.analysis.analyze import analyze
@@ -548,9 +560,11 @@ def test_analyze_says_which_step_a_kept_count_expects(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(advice, "recommend_workers", spy)
     root = Path(__file__).resolve().parents[1] / "sample_traces" / "scenarios"
-    analyze(traceinspect.load(root / "sync_bound"))  # no steps timed after it
+    analyze(traceinspect.load(root / "sync_bound"))  # --stop-after: none timed after it
+    analyze(traceinspect.load(root / "stages" / "read_w2"))  # an older capture, none after it
     analyze(traceinspect.load(root / "family" / "read_float_w0"))  # 19.26 ms after it
     assert [(k["traced_only"], k["untraced_ms"]) for k in seen] == [
-        (True, None),
-        (False, pytest.approx(19.2639)),
+        ("stopped", None),
+        ("ended", None),
+        (None, pytest.approx(19.2639)),
     ]

@@ -428,6 +428,9 @@ class Window:
     #: ``time_after``, on by default), and whether that block ran its full length.
     untraced_after: tuple[int, int] | None = None
     untraced_complete: bool = False
+    #: Capture stopped the script once the window was written (``--stop-after``), timing no
+    #: step after it on purpose.
+    stopped_after: bool = False
 
 
 @dataclass(frozen=True)
@@ -758,7 +761,7 @@ def _parse(data: Mapping[str, Any]) -> Sidecar | None:
         schema_version=version,
         step_source=source if source in STEP_SOURCES else None,
         step_source_detail=_read_str(raw.get("step_source_detail")),
-        window=_read_window(raw.get("window")),
+        window=_read_window(raw.get("window"), raw.get("options")),
         steps=tuple(s for s in map(_read_step, _read_list(raw.get("steps"))) if s is not None),
         grain=_read_grain(raw.get("grain")),
         host=_read_host(raw.get("host")),
@@ -836,7 +839,7 @@ def _local_devices(backend: object, process_index: int | None) -> int | None:
     return sum(1 for d in devices if (_get_int(d, "process_index") or 0) == mine)
 
 
-def _read_window(value: object) -> Window | None:
+def _read_window(value: object, options: object = None) -> Window | None:
     if not isinstance(value, Mapping) or not value:
         return None
     w = cast(WindowJSON, value)
@@ -852,7 +855,16 @@ def _read_window(value: object) -> Window | None:
         trace_start_unix_ns=_get_int(w, "trace_start_unix_ns"),
         trace_stop_unix_ns=_get_int(w, "trace_stop_unix_ns"),
         **_read_untraced(w.get("untraced_after")),
+        stopped_after=_stopped_after(options),
     )
+
+
+def _stopped_after(options: object) -> bool:
+    """Whether capture stopped the script once the window was written, timing no step after
+    it (``--stop-after`` without ``time_after``)."""
+    if not isinstance(options, Mapping):
+        return False
+    return options.get("stop_after") is True and options.get("time_after") is not True
 
 
 def _read_untraced(value: object) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from traceinspect.analysis.input_stages import stage_advice
 from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.result import INPUT_STAGE, Recommendation
 from traceinspect.analysis.rules import Decision
-from traceinspect.analysis.workers import recommend_workers, worker_inputs
+from traceinspect.analysis.workers import TracedOnly, recommend_workers, worker_inputs
 from traceinspect.analysis.workers_inputs import WorkerInputs, computes
 from traceinspect.thresholds import MATTERS
 
@@ -181,6 +181,15 @@ def _with_read(m: Measured, floors: Floors) -> Floors:
     return {**floors, "read": read_floor_ns(m.per_step)}
 
 
+def _why_traced_only(m: Measured) -> TracedOnly | None:
+    """Why capture timed no step without the profiler, where it made the window and timed
+    none: the script stopped after the window (``--stop-after``), or it ended first."""
+    window = m.trace.sidecar.window if m.trace.sidecar is not None else None
+    if window is None or m.window is None or m.untraced_ns:
+        return None
+    return "stopped" if window.stopped_after else "ended"
+
+
 def _cpu_bound_pipeline(inputs: WorkerInputs, in_process: bool) -> bool:
     """Whether the pipeline's stages ran on a CPU most of their time (WAITING_SHARE, the
     share that tells CPU-bound stages from those that wait on reads elsewhere): the training
@@ -245,7 +254,7 @@ def _idle_advice(
             read_floor_ms=read_floor_ns(m.per_step) / 1e6 if reads else None,
             stall_ms=stall_ms,
             untraced_ms=m.untraced_ns / 1e6 if m.untraced_ns else None,
-            traced_only=m.window is not None and not m.untraced_ns,
+            traced_only=_why_traced_only(m),
         )
         # Where input does not hold the step back, only fewer workers are worth a word.
         fewer = workers.value is not None and workers.value < (workers.current or 0)

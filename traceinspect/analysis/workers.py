@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from traceinspect.analysis.counterfactual import expected_without
 from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
@@ -62,12 +62,17 @@ from traceinspect.analysis.workers_inputs import (
 from traceinspect.analysis.workers_measured import _from_measurement
 from traceinspect.analysis.workers_words import _message
 
+#: Why capture timed no step without the profiler: the script ended within the window (or
+#: its write), or ``capture --stop-after`` stopped it there.
+TracedOnly = Literal["ended", "stopped"]
+
 __all__ = [
     "HEADROOM",
     "IDLE_WORKERS",
     "MEMORY_SHARE",
     "WAITING_SHARE",
     "WORKER_OVERHEAD_BYTES",
+    "TracedOnly",
     "WorkerInputs",
     "WorkerMeasurement",
     "computes",
@@ -82,7 +87,7 @@ def recommend_workers(
     read_floor_ms: float | None = None,
     stall_ms: float | None = None,
     untraced_ms: float | None = None,
-    traced_only: bool = False,
+    traced_only: TracedOnly | None = None,
 ) -> Recommendation:
     """The ``grain_worker_count`` recommendation. ``input_limits``: whether input is what
     holds the step back; when it is not (the loop's own work, a checkpoint, the device), a
@@ -100,9 +105,10 @@ def recommend_workers(
     after the window (stalls and all), the expected step of a count kept: the step stays
     the run's, not the traced window's (a `.block_until_ready()` every step, kept at 0
     workers: 7.45-7.99 ms traced, 6.31-6.57 untraced, 6.06-6.40 timed without capture).
-    ``traced_only``: capture timed no step without the profiler (the script ended within the
-    window or the write): a kept count's expected step is then the traced one, the
-    profiler's cost in it (16-25% on that loop's 300-step captures), and says so."""
+    ``traced_only``: why capture timed no step without the profiler (the script ended within
+    the window or the write, or ``--stop-after`` stopped it): a kept count's expected step is
+    then the traced one, the profiler's cost in it (16-25% on that loop's 300-step
+    captures), and says so."""
     if read_floor_ms is not None:
         inputs = replace(inputs, read_floor_ms=read_floor_ms)
     rec = _recommend(inputs, stall_ms)
@@ -114,7 +120,7 @@ def recommend_workers(
         rec["expected_step_ms"] = round(untraced_ms, 3)
         rec["untraced"] = True
     elif traced_only and rec["value"] is not None and rec["value"] == rec["current"]:
-        rec["traced_only"] = True
+        rec["traced_only"] = traced_only
     return Recommendation(
         GRAIN_WORKER_COUNT,
         _message(rec, inputs.maxtext),

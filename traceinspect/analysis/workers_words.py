@@ -40,9 +40,12 @@ def _message(rec: dict[str, Any], maxtext: bool | None = True) -> str:
     if rec.get("untraced"):
         step += ", as capture timed the run without the profiler"
     elif rec.get("traced_only"):
-        step += (
-            ", the traced step with the profiler's cost in it (the script ended before capture "
-            "could time steps without it: run more steps for the run's own)"
+        step += ", the traced step with the profiler's cost in it " + (
+            "(capture stopped the script after the window: without --stop-after it times the "
+            "run's own)"
+            if rec["traced_only"] == "stopped"
+            else "(the script ended before capture could time steps without it: run more "
+            "steps for the run's own)"
         )
     if rec.get("unchanged"):
         return (
