@@ -207,6 +207,36 @@ def test_one_sigint_ends_a_script_stuck_on_dead_workers(tmp_path: Path) -> None:
     assert not _said(tmp_path, "no step for")
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_the_grain_workers_start_ends_the_script(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C while 2 Grain workers import: they die of it, and the script has
+    its KeyboardInterrupt at once. With Grain's worker profiling on (capture's default
+    before 2026-11-30), the main process waited for the dead worker's profiler server in
+    jax's ``register_subprocess`` holding the GIL: nothing of the script ran again, and
+    capture killed it 21 s later, what it had traced lost (Grain's tutorial loop, Ctrl-C 6 s
+    in: 3 runs of 4)."""
+    marker = tmp_path / "starting"
+    script = SCRIPTS / "grain_start_interrupted.py"
+    proc = _start(tmp_path, "--", sys.executable, str(script), str(marker), stall_s="0")
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the script never started its workers"
+        time.sleep(0.05)
+    time.sleep(0.3)  # the workers are importing
+    seen |= _group(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    took = _wait(proc, 40, seen)
+    left = _survivors(proc.pid, seen)
+
+    assert proc.returncode == 130, (tmp_path / "err.txt").read_text()[-3000:]
+    assert took < 2 * INTERRUPT_GRACE_S, took
+    assert not left, f"left running: {left}"
+    profiler = _sidecar(tmp_path)["profiler"]
+    assert isinstance(profiler, dict) and profiler["grain_worker_profiling"] is False
+
+
 # Two Grain workers that died together, as they wrote it (a caret line lost its indent where
 # their writes met), then a note of Grain's and an error of the script's own main thread.
 _WORKERS_DIED = """\

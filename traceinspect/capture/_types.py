@@ -57,7 +57,9 @@ class CaptureOptions:
     python_tracer: bool = False
     device_tracer_level: int = 1
     workers: int | None = None
-    grain_worker_profiling: bool = True
+    #: Grain's worker profiling flag (off: jaxlib's ``register_subprocess`` waits for each
+    #: worker's profiler server holding the GIL; a worker that dies first hangs the script).
+    grain_worker_profiling: bool = False
     #: How often the training thread's Python stack is sampled while tracing (0: never).
     sample_interval_ms: float = 20.0
     quiet: bool = False

@@ -106,9 +106,11 @@ def _profiler_options(func: F, attach: bool) -> F:
         ),
         click.option(
             "--grain-worker-profiling/--no-grain-worker-profiling",
-            default=True,
+            default=False,
             show_default=True,
-            help="Trace Grain mp_prefetch workers where jax and Grain support it.",
+            help="Turn on Grain's worker profiling flag where jax and Grain support it. Off "
+            "by default: jaxlib waits for each worker's profiler server holding the GIL, and "
+            "a worker that dies while starting (Ctrl-C) hangs the script.",
         ),
         click.option(
             "--sample-interval-ms",

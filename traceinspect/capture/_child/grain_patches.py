@@ -305,8 +305,12 @@ def _patch_grain(cap: _Capture, grain: types.ModuleType) -> None:
 
             cls.__init__ = batch_init
 
-    if cap.config.get("grain_worker_profiling"):
-        cap.grain_worker_profiling = _enable_worker_profiling()
+    # Off unless asked for (capture --grain-worker-profiling): jaxlib's register_subprocess
+    # waits for each worker's profiler server holding the GIL, so a worker that dies while it
+    # starts (a Ctrl-C during the workers' start) froze every thread of the script.
+    cap.grain_worker_profiling = bool(cap.config.get("grain_worker_profiling")) and (
+        _enable_worker_profiling()
+    )
     if cap.timing is None:
         # Not in a phase of isolate: its steps are timed as they run, without our wrappers.
         cap.stage_table = _time_stages(False)
