@@ -116,10 +116,11 @@ def recommend_workers(
         rec["expected_step_ms"] = round(inputs.step_ms + (stall_ms or 0.0), 3)
         rec["unchanged"] = True
         rec.pop("read_limits", None)
-    if untraced_ms and rec["value"] is not None and rec["value"] == rec["current"]:
+    kept = rec["value"] is not None and rec["value"] == rec["current"]
+    if untraced_ms and kept:
         rec["expected_step_ms"] = round(untraced_ms, 3)
         rec["untraced"] = True
-    elif traced_only and rec["value"] is not None and rec["value"] == rec["current"]:
+    elif traced_only and kept:
         rec["traced_only"] = traced_only
     return Recommendation(
         GRAIN_WORKER_COUNT,
