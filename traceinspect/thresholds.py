@@ -13,6 +13,11 @@ from typing import Final
 #: A cause's share of step time from which it matters (XProf's band): it can name the
 #: verdict, and its advice is given.
 MATTERS: Final = 0.05
+#: How much slower the profiler ran the window's steps than the run's own before the analysis
+#: says that it scaled its expected steps to the run's pace: under 1% the scaling moves an
+#: expected step of the family's loops (10-20 ms) by under 0.2 ms, less than those steps vary
+#: between captures (a GPU capture's stall, 0.1%: the note said nothing a reader could use).
+PACE_SAID: Final = 0.01
 #: A cause's share of step time from which it dominates (XProf's band). An inferred figure
 #: (the loop's CPU over the cores) names the verdict only from here: a Flax NNX loop's own
 #: 1.3-1.7 ms of Python a step came out at 5-6% and flipped its verdict from one capture to

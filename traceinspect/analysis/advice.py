@@ -10,15 +10,12 @@ from traceinspect.analysis.advice_causes import (
     floors_of,
     loop_code_advice,
     loop_cpu_advice,
+    slowdown_of,
     stall_advice,
+    window_floors,
     with_stall_advice,
 )
-from traceinspect.analysis.counterfactual import (
-    expected_without,
-    read_floor_ns,
-    reads_every_step,
-    run_floors,
-)
+from traceinspect.analysis.counterfactual import expected_without, read_floor_ns, reads_every_step
 from traceinspect.analysis.detectors import Found, stage_batch_ms
 from traceinspect.analysis.input_stages import stage_advice
 from traceinspect.analysis.measure import Measured
@@ -50,13 +47,17 @@ def recommendations(
     floors: Floors,
     occasional_sync: bool = False,
     cpu_bound_pipeline: bool = False,
+    measured: Floors | None = None,
 ) -> tuple[Recommendation, ...]:
     """The advice of each idle cause that matters, in the claim order. ``floors``: the
     counterfactual's (:func:`~traceinspect.analysis.advice_causes.floors_of`), whose stall
     stays in the step expected without the read. ``cpu_bound_pipeline``: the pipeline's
     stages ran on a CPU most of their time (:func:`_cpu_bound_pipeline`), where more read
-    threads are no advice."""
+    threads are no advice. ``measured``: the window's floors (:func:`~traceinspect.analysis.
+    advice_causes.window_floors`), whose input and device figures the input's advice quotes
+    (default: ``floors``)."""
     input_ns, busy_ns, stall_ns = floors["input"] or 0.0, floors["device"] or 0.0, floors["stall"]
+    quoted = measured if measured is not None else floors
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
@@ -97,8 +98,8 @@ def recommendations(
             Recommendation(
                 "input_pipeline",
                 _INPUT_CPU if cpu_bound_pipeline else _INPUT,
-                input_ms_per_step=round(input_ns / 1e6, 4),
-                device_busy_ms_per_step=round(busy_ns / 1e6, 4),
+                input_ms_per_step=round((quoted["input"] or 0.0) / 1e6, 4),
+                device_busy_ms_per_step=round((quoted["device"] or 0.0) / 1e6, 4),
             )
         )
     if fractions["compile"] >= MATTERS:
@@ -144,20 +145,23 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
     loop's own code named where the host's idle time matters, then each run-level cause's
     own advice, which replaces the generic word on the host's work."""
     stall = found.get("stall")
+    # Every expected step in the run's pace: the window's floors over how much slower the
+    # profiler ran its steps.
+    slowdown = slowdown_of(m, stall.detail if stall is not None else None)
     floors = floors_of(m, stall.detail if stall is not None else None)
     advice = _idle_advice(m, found, decision, floors)
     if m.host.loop_code is not None and m.fractions["host"] >= MATTERS and "stall" not in found:
         advice = tuple(
-            loop_code_advice(m, r, _with_read(m, floors)) if r.kind == "reduce_host_overhead" else r
+            loop_code_advice(m, r, floors) if r.kind == "reduce_host_overhead" else r
             for r in advice
         )
     callbacks = found.get("callback")
     if callbacks is not None and (decision.cause == "callback" or callbacks.claim.share >= MATTERS):
         rest = tuple(r for r in advice if r.kind not in GENERIC)
-        advice = (callback_advice(m, callbacks.detail, floors), *rest)
+        advice = (callback_advice(m, callbacks.detail, floors, slowdown), *rest)
     if decision.cause == "loop_cpu":
         rest = tuple(r for r in advice if r.kind not in GENERIC)
-        advice = (loop_cpu_advice(m, found["loop_cpu"].detail, floors), *rest)
+        advice = (loop_cpu_advice(m, found["loop_cpu"].detail, floors, slowdown), *rest)
     if decision.cause == "pipeline_cpu":
         # The host's time is the pipeline's doing: the worker count (first) and the stage.
         advice = tuple(r for r in advice if r.kind not in GENERIC)
@@ -171,14 +175,6 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
         own = stall_advice(m, stall.detail, floors)
         advice = with_stall_advice(advice, own, is_verdict=decision.cause == "stall")
     return advice
-
-
-def _with_read(m: Measured, floors: Floors) -> Floors:
-    """The floors with the read floor where the loop reads a device value every step: its
-    read and the device's work still run one after the other once its own code is gone."""
-    if not reads_every_step(m.host, m.steps):
-        return floors
-    return {**floors, "read": read_floor_ns(m.per_step)}
 
 
 def _why_traced_only(m: Measured) -> TracedOnly | None:
@@ -218,12 +214,8 @@ def _idle_advice(
     stall = found.get("stall")
     step_ms = stall.detail.stall.expected_ns / 1e6 if stall is not None else m.summary.typical_ms
     # The device's work per step in the same pace as that step (the run's, where a stall
-    # sets it: the window's figure over how much slower the profiler ran its steps).
-    device_ns = (
-        run_floors(floors, stall.detail.stall.traced_slowdown)["device"] or 0.0
-        if stall is not None
-        else m.device_ns
-    )
+    # sets it, as ``floors`` are; else the window's).
+    device_ns = (floors["device"] or 0.0) if stall is not None else m.device_ns
     stall_ms = floors["stall"] / 1e6 if floors["stall"] else None
     # Where the loop reads a device value every step, the step it runs at with its input
     # free: the worker count is sized to that pace, and its expected step never goes below
@@ -246,6 +238,7 @@ def _idle_advice(
         floors,
         decision.occasional_sync,
         _cpu_bound_pipeline(inputs, in_process is not None),
+        measured=window_floors(m, stall.detail if stall is not None else None),
     )
     if (sidecar is not None and sidecar.grain is not None) or m.input_ns > 0:
         workers = recommend_workers(

@@ -9,18 +9,21 @@ from traceinspect.analysis.callbacks import Callbacks
 from traceinspect.analysis.counterfactual import (
     FLOORS_BY_BACKEND,
     HOST_WORK_IDLE,
+    SLOWED_BY_PROFILER,
     ahead_without,
     cores_floor_ns,
     expected_without,
     gains_nothing,
+    read_floor_ns,
+    reads_every_step,
     run_floors,
 )
 from traceinspect.analysis.detectors import Found, Stall
 from traceinspect.analysis.explain import callback_what
 from traceinspect.analysis.loop_cpu import LoopCpu
 from traceinspect.analysis.measure import Measured
-from traceinspect.analysis.result import Recommendation
-from traceinspect.thresholds import CALLBACK_ALONE, LOOP_CODE_MOST, MATTERS
+from traceinspect.analysis.result import GRAIN_WORKER_COUNT, Recommendation
+from traceinspect.thresholds import CALLBACK_ALONE, LOOP_CODE_MOST, MATTERS, PACE_SAID
 
 # The generic words a cause's own advice replaces.
 GENERIC = ("reduce_host_overhead", "device_bound")
@@ -29,16 +32,20 @@ GENERIC = ("reduce_host_overhead", "device_bound")
 Floors = dict[str, "float | None"]
 
 
-def floors_of(m: Measured, stall: Stall | None) -> Floors:
-    """What the counterfactual bounds and adds (ns): the device's work and the input's per
-    step, a recurring stall's time spread over the run's steps (None: no stall), and the
-    floors of the trace's backend (:data:`~traceinspect.analysis.counterfactual.
+def window_floors(m: Measured, stall: Stall | None) -> Floors:
+    """What the counterfactual bounds and adds (ns), in the traced window's pace: the
+    device's work and the input's per step, a recurring stall's time spread over the run's
+    steps (None: no stall), the read floor where the loop reads a device value every step
+    (its read and the device's work run one after the other, whatever else is removed), and
+    the floors of the trace's backend (:data:`~traceinspect.analysis.counterfactual.
     FLOORS_BY_BACKEND`)."""
     floors: Floors = {
         "device": m.device_ns,
         "input": m.input_ns,
         "stall": stall.stall.per_step_ns if stall is not None else None,
     }
+    if reads_every_step(m.host, m.steps):
+        floors["read"] = read_floor_ns(m.per_step)
     if "cores" in FLOORS_BY_BACKEND.get(m.activity.backend.kind, ()):
         idle = sum(m.by_cause_ns[c] for c in HOST_WORK_IDLE) / max(1, len(m.steps))
         host = m.trace.sidecar.host if m.trace.sidecar is not None else None
@@ -47,21 +54,57 @@ def floors_of(m: Measured, stall: Stall | None) -> Floors:
     return floors
 
 
-def callback_advice(m: Measured, callbacks: Callbacks, floors: Floors) -> Recommendation:
+def slowdown_of(m: Measured, stall: Stall | None) -> float:
+    """How much slower the profiler ran the window's steps than the run's own: a recurring
+    stall's figure over the whole run where one recurs, else, where the profiler slows the
+    backend's programs (:data:`~traceinspect.analysis.counterfactual.SLOWED_BY_PROFILER`),
+    the window's against capture's untraced steps after it; 1.0 otherwise."""
+    if stall is not None:
+        return stall.stall.traced_slowdown
+    return m.traced_slowdown if m.activity.backend.kind in SLOWED_BY_PROFILER else 1.0
+
+
+def pace_note(m: Measured, stall: Stall | None, advice: tuple[Recommendation, ...]) -> str | None:
+    """What the run's pace did to the expected steps, where it scaled a figure of the
+    advice (the worker count's is sized in the window's pace, as its pipeline's figures
+    are); else None."""
+    slowdown = slowdown_of(m, stall)
+    scaled = [r for r in advice if r.expected_step_ms is not None and r.kind != GRAIN_WORKER_COUNT]
+    if slowdown < 1.0 + PACE_SAID or not scaled:
+        return None
+    of = "the steps between the stalls" if stall is not None else "the untraced steps after it"
+    return (
+        f"The traced window's steps ran {slowdown - 1:.1%} slower under the profiler than {of}: "
+        "the expected steps of the advice are the run's, with the window's device and input "
+        "figures scaled to its pace."
+    )
+
+
+def floors_of(m: Measured, stall: Stall | None) -> Floors:
+    """The counterfactual's floors in the run's pace (:func:`window_floors` over
+    :func:`slowdown_of`): every expected step is the run's, not the profiled window's."""
+    return run_floors(window_floors(m, stall), slowdown_of(m, stall))
+
+
+def callback_advice(
+    m: Measured, callbacks: Callbacks, floors: Floors, slowdown: float
+) -> Recommendation:
     """The step without the callback: where the device idled all along the callback (a
     GPU), the device's work per step (the rest of that idle period was the callback's too:
     the host prepared the next step only after it); else the step less the callback's
-    time."""
+    time. In the run's pace, as ``floors`` are: the window's figures over ``slowdown``
+    (:func:`slowdown_of`)."""
     alone = callbacks.alone_ms_per_step / callbacks.ms_per_step if callbacks.ms_per_step else 0.0
     # The part of the callback during which the device counted as busy: a program that
     # waits on its callback (XLA's CPU backend runs it inside the execution) is busy for
     # it, and without the callback that part of its work is gone too (the family's 5 ms
     # callback with a checkpoint: expected 15.9-16.5 ms with the device's whole time as
     # the floor, 12.3-12.5 measured).
-    inside_ns = (callbacks.ms_per_step - callbacks.alone_ms_per_step) * 1e6
-    device_ns = max(0.0, m.device_ns - inside_ns)
+    inside_ns = (callbacks.ms_per_step - callbacks.alone_ms_per_step) * 1e6 / slowdown
+    device_ns = max(0.0, (floors["device"] or 0.0) - inside_ns)
     floors = {**floors, "device": device_ns}
-    remaining = device_ns if alone >= CALLBACK_ALONE else m.step_ns - callbacks.ms_per_step * 1e6
+    rest_ns = (m.step_ns - callbacks.ms_per_step * 1e6) / slowdown
+    remaining = device_ns if alone >= CALLBACK_ALONE else rest_ns
     expected_ns = expected_without("callback", remaining, floors)
     return Recommendation(
         "host_callback",
@@ -76,12 +119,14 @@ def callback_advice(m: Measured, callbacks: Callbacks, floors: Floors) -> Recomm
     )
 
 
-def loop_cpu_advice(m: Measured, competing: LoopCpu, floors: Floors) -> Recommendation:
+def loop_cpu_advice(
+    m: Measured, competing: LoopCpu, floors: Floors, slowdown: float
+) -> Recommendation:
     """Move the loop's CPU work off the cores the program needs; the step expected without
-    it: the device's work less what it cost the program."""
-    expected = (
-        expected_without("loop_cpu", m.device_ns - competing.cost_ms_per_step * 1e6, floors) / 1e6
-    )
+    it: the device's work less what it cost the program, in the run's pace (over
+    ``slowdown``, as ``floors`` are)."""
+    remaining = (m.device_ns - competing.cost_ms_per_step * 1e6) / slowdown
+    expected = expected_without("loop_cpu", remaining, floors) / 1e6
     at = f" at {competing.site}" if competing.site else ""
     return Recommendation(
         "reduce_host_overhead",
@@ -149,10 +194,8 @@ def with_stall_advice(
 def stall_advice(m: Measured, found: Stall, floors: Floors) -> Recommendation:
     """What to do about the stall, with the run's step time expected without it."""
     stall, nature = found.stall, found.nature
-    expected = (
-        expected_without("stall", stall.expected_ns, run_floors(floors, stall.traced_slowdown))
-        / 1e6
-    )
+    # The floors are in the run's pace (the stall's slowdown), as its expected step is.
+    expected = expected_without("stall", stall.expected_ns, floors) / 1e6
     cost = f"{stall.cost_ns / 1e6:,.0f} ms every {stall.period} steps"
     fixes = {
         "checkpoint": (
@@ -214,7 +257,8 @@ def read_gains_nothing(m: Measured, found: dict[str, Found]) -> str | None:
     if m.fractions["sync"] < MATTERS:
         return None
     stall = found.get("stall")
-    floors = floors_of(m, stall.detail if stall is not None else None)
+    # The window's floors against the window's step: both in its pace.
+    floors = window_floors(m, stall.detail if stall is not None else None)
     if not gains_nothing("sync", floors, m.step_ns):
         return None
     expected = ahead_without("sync", floors) / 1e6

@@ -23,7 +23,7 @@ import numpy as np
 from traceinspect import schema as S
 from traceinspect.analysis import invariants
 from traceinspect.analysis.advice import advise
-from traceinspect.analysis.advice_causes import read_gains_nothing
+from traceinspect.analysis.advice_causes import pace_note, read_gains_nothing
 from traceinspect.analysis.detectors import Stall, detect, run_part
 from traceinspect.analysis.explain import notes, summary
 from traceinspect.analysis.findings import count_dispatches, findings
@@ -93,7 +93,11 @@ def analyze(trace: Trace) -> Analysis:
         recommendations=advice,
         per_step_columns=per_step,
         gap_columns=m.gaps,
-        notes=(*notes(m, found, decision), *([free_read] if free_read else [])),
+        notes=(
+            *notes(m, found, decision),
+            *([free_read] if free_read else []),
+            *filter(None, [pace_note(m, stall.detail if stall else None, advice)]),
+        ),
         collective_ms_per_step=round(median(per_step[S.COLLECTIVE_NS]) / 1e6, 4),
         window=m.window,
         input_stages=m.stages,

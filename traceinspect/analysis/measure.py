@@ -103,6 +103,14 @@ class Measured:
         return after * 1e6 if after else None
 
     @property
+    def traced_slowdown(self) -> float:
+        """How much slower the window's steps ran under the profiler than capture's untraced
+        steps after it (their means' ratio, at least 1.0; 1.0 where it timed none)."""
+        traced = (self.window or {}).get("traced_mean_ms")
+        after = (self.window or {}).get("after_mean_ms")
+        return max(1.0, traced / after) if traced and after else 1.0
+
+    @property
     def idle_ns(self) -> int:
         return sum(self.by_cause_ns.values())
 
