@@ -80,3 +80,19 @@ def test_the_callbacks_expected_step_is_in_the_same_pace_as_its_floors(slowdown:
     scaled = callback_advice(m, callbacks, run_floors(window, slowdown), slowdown)
     assert at_window is not None and scaled.expected_step_ms is not None
     assert scaled.expected_step_ms == pytest.approx(at_window / slowdown, abs=1e-3)
+
+
+def test_the_callbacks_step_keeps_the_cores_floor_less_the_callbacks_part() -> None:
+    # On XLA's CPU backend the host's work between programs takes a core with the callback
+    # or without it: the step without the callback stays above the cores floor, less the
+    # callback's own time inside the execution (as the device's work is).
+    m = _measured("habits/callback_cpu")
+    callbacks = detect(m)["callback"].detail
+    inside_ms = callbacks.ms_per_step - callbacks.alone_ms_per_step
+    window = window_floors(m, None)
+    low = callback_advice(m, callbacks, window, 1.0).expected_step_ms
+    assert low is not None
+    cores_ms = low + inside_ms + 2.0
+    high = callback_advice(m, callbacks, {**window, "cores": cores_ms * 1e6}, 1.0)
+    assert high.expected_step_ms == pytest.approx(cores_ms - inside_ms, abs=1e-3)
+    assert high.expected_step_ms == pytest.approx(low + 2.0, abs=1e-3)

@@ -102,7 +102,11 @@ def callback_advice(
     # the floor, 12.3-12.5 measured).
     inside_ns = (callbacks.ms_per_step - callbacks.alone_ms_per_step) * 1e6 / slowdown
     device_ns = max(0.0, (floors["device"] or 0.0) - inside_ns)
+    # The cores floor holds the device's work too: less the callback's part of it.
+    cores = floors.get("cores")
     floors = {**floors, "device": device_ns}
+    if cores is not None:
+        floors["cores"] = max(0.0, cores - inside_ns)
     rest_ns = (m.step_ns - callbacks.ms_per_step * 1e6) / slowdown
     remaining = device_ns if alone >= CALLBACK_ALONE else rest_ns
     expected_ns = expected_without("callback", remaining, floors)
