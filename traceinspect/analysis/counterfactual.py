@@ -51,7 +51,7 @@ from traceinspect.thresholds import MATTERS, READ_FLOOR_QUANTILE, READS_EVERY_ST
 #: shortens it. A callback keeps the ``cores`` floor as a read does: the host's work between
 #: programs takes a core with it or without it (the family's 5 ms callback with a checkpoint
 #: every 40 steps, 900 steps, 3.11: expected 16-23% under the step measured without the
-#: callback from the device's work alone, 3-9% over it with the cores).
+#: callback from the device's work alone, 16-20% under it with the cores).
 FLOORS_KEPT: Final[dict[str, tuple[str, ...]]] = {
     "sync": ("device", "input", "cores"),
     "callback": ("device", "input", "cores"),
