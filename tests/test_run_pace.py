@@ -4,6 +4,7 @@ profiler ran its steps, on the backends whose programs it slows (``counterfactua
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from traceinspect.analysis.analyze import analyze
 from traceinspect.analysis.counterfactual import ahead_without, run_floors
 from traceinspect.analysis.detectors import detect
 from traceinspect.analysis.measure import Measured, measure
+from traceinspect.intervals import Intervals
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -85,14 +87,34 @@ def test_the_callbacks_expected_step_is_in_the_same_pace_as_its_floors(slowdown:
 def test_the_callbacks_step_keeps_the_cores_floor_less_the_callbacks_part() -> None:
     # On XLA's CPU backend the host's work between programs takes a core with the callback
     # or without it: the step without the callback stays above the cores floor, less the
-    # callback's own time inside the execution (as the device's work is).
+    # callback's time that the ledger counted busy and no other op covered (as the
+    # device's work is).
     m = _measured("habits/callback_cpu")
     callbacks = detect(m)["callback"].detail
-    inside_ms = callbacks.ms_per_step - callbacks.alone_ms_per_step
+    lo, hi = m.span
+    freed_ms = callbacks.alone.clip(lo, hi).intersect(m.busy).total / len(m.steps) / 1e6
+    # This capture's callback ran mostly off the ledger's busy time: 14 of its 104 ms alone.
+    assert 0 < freed_ms < callbacks.alone_ms_per_step / 2
     window = window_floors(m, None)
     low = callback_advice(m, callbacks, window, 1.0).expected_step_ms
     assert low is not None
-    cores_ms = low + inside_ms + 2.0
+    cores_ms = low + freed_ms + 2.0
     high = callback_advice(m, callbacks, {**window, "cores": cores_ms * 1e6}, 1.0)
-    assert high.expected_step_ms == pytest.approx(cores_ms - inside_ms, abs=1e-3)
+    assert high.expected_step_ms == pytest.approx(cores_ms - freed_ms, abs=1e-3)
     assert high.expected_step_ms == pytest.approx(low + 2.0, abs=1e-3)
+
+
+def test_the_callbacks_step_keeps_the_ops_that_ran_beside_it() -> None:
+    # Where the device's work ran beside the callback all along (none of it alone), the
+    # step without the callback keeps the whole of it: those ops still run.
+    m = _measured("habits/callback_cpu")
+    callbacks = detect(m)["callback"].detail
+    beside = replace(callbacks, alone=Intervals.empty())
+    # A device floor that binds (30 ms a step, above the step less the callback).
+    floors = {**window_floors(m, None), "device": 30e6, "cores": None}
+    assert callback_advice(m, beside, floors, 1.0).expected_step_ms == pytest.approx(30.0)
+    # With the callback alone part of the time, that part leaves it.
+    lo, hi = m.span
+    freed_ms = callbacks.alone.clip(lo, hi).intersect(m.busy).total / len(m.steps) / 1e6
+    got = callback_advice(m, callbacks, floors, 1.0).expected_step_ms
+    assert got == pytest.approx(30.0 - freed_ms, abs=1e-3)

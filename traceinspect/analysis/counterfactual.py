@@ -49,9 +49,8 @@ from traceinspect.thresholds import MATTERS, READ_FLOOR_QUANTILE, READS_EVERY_ST
 #: The floors that still hold once a cause is removed. ``loop_cpu`` keeps no device floor:
 #: the device's work it shows is stretched by the loop's CPU, and removing that work is what
 #: shortens it. A callback keeps the ``cores`` floor as a read does: the host's work between
-#: programs takes a core with it or without it (the family's 5 ms callback with a checkpoint
-#: every 40 steps, 900 steps, 3.11: expected 16-23% under the step measured without the
-#: callback from the device's work alone, 16-20% under it with the cores).
+#: programs takes a core with it or without it (``advice_causes.callback_advice``: less the
+#: callback's part of the device's work, as that floor is).
 FLOORS_KEPT: Final[dict[str, tuple[str, ...]]] = {
     "sync": ("device", "input", "cores"),
     "callback": ("device", "input", "cores"),
