@@ -137,10 +137,10 @@ def run_floors(floors: Mapping[str, float | None], slowdown: float) -> dict[str,
     Measured (2 cores, a per-step read with 4 ms of the loop's own waiting, 900 steps, both
     stacks): the window's device work, 12.34 ms a step in a window traced 12.5% slower than
     its untraced steps, was longer than the whole step measured without the read (11.88 ms):
-    "remove the read" was measured 20% faster than expected from the window's floors, 10%
+    "remove the read" was measured 20% faster than expected from the window's floors, 11%
     from the run's; over the four captures of that loop that advised it (1 on Python 3.11 +
-    jax 0.10.2, 3 on 3.12 + jax 0.12), -2 to -20% from the window's, -2 to -10% from the
-    run's (``two_causes-long-4-*.json``)."""
+    jax 0.10.2, 3 on 3.12 + jax 0.12), -2 to -20% from the window's, -5 to -11% from the
+    run's (``two_causes-long-analysed.json``, with the cores floor of a typical step)."""
     if slowdown <= 1.0:
         return dict(floors)
     return {
