@@ -1,6 +1,6 @@
 """Every expected step in the run's pace: the window's floors over how much slower the
 profiler ran its steps, on the backends whose programs it slows (``counterfactual.run_floors``,
-``advice_causes.floors_of``)."""
+``advice_causes.window_floors`` and ``slowdown_of``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import traceinspect
 from traceinspect.analysis.advice_causes import (
     callback_advice,
-    floors_of,
     slowdown_of,
     window_floors,
 )
@@ -36,7 +35,6 @@ def test_a_cpu_window_the_profiler_slowed_gives_the_runs_expected_step() -> None
     slowdown = slowdown_of(m, None)
     assert slowdown == pytest.approx(19.4521 / 17.9346)
     window = window_floors(m, None)
-    assert floors_of(m, None) == run_floors(window, slowdown)
     a = analyze(traceinspect.load(SAMPLES / "scenarios/family/read_device_get_w0"))
     advice = next(r for r in a.recommendations if r.kind == "remove_sync")
     in_window = ahead_without("sync", window) / 1e6
@@ -53,7 +51,8 @@ def test_an_accelerators_programs_keep_the_windows_floors() -> None:
     m = _measured("gpu/sync_bound")
     assert m.traced_slowdown == pytest.approx(17.3015 / 16.62)
     assert slowdown_of(m, None) == 1.0
-    assert floors_of(m, None) == window_floors(m, None)
+    window = window_floors(m, None)
+    assert run_floors(window, slowdown_of(m, None)) == window
     a = analyze(traceinspect.load(SAMPLES / "gpu/sync_bound"))
     assert not any("under the profiler" in n for n in a.notes)
 
@@ -62,7 +61,7 @@ def test_a_window_no_slower_than_the_run_keeps_its_floors() -> None:
     # Traced 18.26 ms a step, 19.26 untraced: the window is no slower, nothing is scaled up.
     m = _measured("scenarios/family/read_float_w0")
     assert m.traced_slowdown == 1.0
-    assert floors_of(m, None) == window_floors(m, None)
+    assert slowdown_of(m, None) == 1.0
 
 
 def test_without_untraced_steps_the_window_is_the_pace() -> None:

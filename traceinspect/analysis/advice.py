@@ -7,7 +7,6 @@ from traceinspect.analysis.advice_causes import (
     GENERIC,
     Floors,
     callback_advice,
-    floors_of,
     loop_code_advice,
     loop_cpu_advice,
     slowdown_of,
@@ -15,7 +14,12 @@ from traceinspect.analysis.advice_causes import (
     window_floors,
     with_stall_advice,
 )
-from traceinspect.analysis.counterfactual import expected_without, read_floor_ns, reads_every_step
+from traceinspect.analysis.counterfactual import (
+    expected_without,
+    read_floor_ns,
+    reads_every_step,
+    run_floors,
+)
 from traceinspect.analysis.detectors import Found, stage_batch_ms
 from traceinspect.analysis.input_stages import stage_advice
 from traceinspect.analysis.measure import Measured
@@ -50,7 +54,7 @@ def recommendations(
     measured: Floors | None = None,
 ) -> tuple[Recommendation, ...]:
     """The advice of each idle cause that matters, in the claim order. ``floors``: the
-    counterfactual's (:func:`~traceinspect.analysis.advice_causes.floors_of`), whose stall
+    counterfactual's, in the run's pace (:func:`advise`), whose stall
     stays in the step expected without the read. ``cpu_bound_pipeline``: the pipeline's
     stages ran on a CPU most of their time (:func:`_cpu_bound_pipeline`), where more read
     threads are no advice. ``measured``: the window's floors (:func:`~traceinspect.analysis.
@@ -145,11 +149,12 @@ def advise(m: Measured, found: dict[str, Found], decision: Decision) -> tuple[Re
     loop's own code named where the host's idle time matters, then each run-level cause's
     own advice, which replaces the generic word on the host's work."""
     stall = found.get("stall")
+    detail = stall.detail if stall is not None else None
     # Every expected step in the run's pace: the window's floors over how much slower the
     # profiler ran its steps.
-    slowdown = slowdown_of(m, stall.detail if stall is not None else None)
-    floors = floors_of(m, stall.detail if stall is not None else None)
-    advice = _idle_advice(m, found, decision, floors)
+    window, slowdown = window_floors(m, detail), slowdown_of(m, detail)
+    floors = run_floors(window, slowdown)
+    advice = _idle_advice(m, found, decision, floors, window)
     if m.host.loop_code is not None and m.fractions["host"] >= MATTERS and "stall" not in found:
         advice = tuple(
             loop_code_advice(m, r, floors) if r.kind == "reduce_host_overhead" else r
@@ -199,9 +204,10 @@ def _cpu_bound_pipeline(inputs: WorkerInputs, in_process: bool) -> bool:
 
 
 def _idle_advice(
-    m: Measured, found: dict[str, Found], decision: Decision, floors: Floors
+    m: Measured, found: dict[str, Found], decision: Decision, floors: Floors, window: Floors
 ) -> tuple[Recommendation, ...]:
-    """The advice of the idle causes and the worker count. The worker count where input
+    """The advice of the idle causes and the worker count (``floors`` in the run's pace,
+    ``window`` as measured, the figures the input's advice quotes). The worker count where input
     matters, or where idle workers are to be let go: "keep 2 workers, expected step time
     2.78 ms" said of a loop held back by its own checkpoints tells the user nothing true."""
     verdict, sidecar, stages = decision.verdict, m.trace.sidecar, m.stages
@@ -238,7 +244,7 @@ def _idle_advice(
         floors,
         decision.occasional_sync,
         _cpu_bound_pipeline(inputs, in_process is not None),
-        measured=window_floors(m, stall.detail if stall is not None else None),
+        measured=window,
     )
     if (sidecar is not None and sidecar.grain is not None) or m.input_ns > 0:
         workers = recommend_workers(

@@ -18,7 +18,6 @@ from traceinspect.analysis.counterfactual import (
     gains_nothing,
     read_floor_ns,
     reads_every_step,
-    run_floors,
 )
 from traceinspect.analysis.detectors import Found, Stall
 from traceinspect.analysis.explain import callback_what
@@ -87,12 +86,6 @@ def pace_note(m: Measured, stall: Stall | None, advice: tuple[Recommendation, ..
         "the expected steps of the advice are the run's, with the window's device and input "
         "figures scaled to its pace."
     )
-
-
-def floors_of(m: Measured, stall: Stall | None) -> Floors:
-    """The counterfactual's floors in the run's pace (:func:`window_floors` over
-    :func:`slowdown_of`): every expected step is the run's, not the profiled window's."""
-    return run_floors(window_floors(m, stall), slowdown_of(m, stall))
 
 
 def callback_advice(
