@@ -78,6 +78,10 @@ class _Untraced:
     first: int | None = None
     first_ns: int | None = None
     last: int | None = None
+    #: The timed steps' start times (the block's, from ``first``), and how many times the
+    #: block was timed again because it still slowed as it ran (``steady.slowed_within``).
+    starts_ns: list[int] = dataclasses.field(default_factory=list)
+    retries: int = 0
 
 
 @dataclasses.dataclass

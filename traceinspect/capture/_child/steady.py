@@ -220,3 +220,44 @@ class _Steady:
             + (f" by over {self.trend_above - 1:.0%}" if self.trend_above > 1 else "")
             + f" ({self._means()} ms){period}; traced from step {index}"
         )
+
+
+# The untraced block after the window (capture's ``time_after``) must hold the run's pace, not
+# the run-down of the batches the pipeline stored while the trace's write held the script.
+# A drain can be flat and then end at once: on `threads_slowdev` of the scenario family (4 read
+# threads running Python beside a slow device step, 2 cores) the ~1 s write let the threads
+# store ~30 batches; the loop then took them at 24-28 ms a step for ~115 steps, and ran at its
+# pace, 34.5 ms, from there to its end. The steady rule over the steps after the write agreed
+# on the flat part (blocks within 35%), so 3 of 3 default captures timed a block that held the
+# drain's end (thirds of 26.2, 31.9, 35.7 ms; 29.0, 26.7, 34.2; 27.8, 23.9, 37.5) and read
+# 29.6-31.2 ms for a loop whose untraced run measured 35.7-36.9. So a complete block is cut in
+# UNTRACED_PARTS parts (whole periods of a recurring stall when there is one, as many as it
+# holds up to UNTRACED_PARTS; a block of one period is not cut), and timed again from the
+# next step when its last part is slower than its fastest earlier part by more than
+# STEADY_TREND (more than settled blocks differ); at most UNTRACED_RETRIES times, and not past
+# the capture's ``max_wait_s``. Over the blocks that `apply_advice.py --keep` kept of the
+# family's two-cause loops (45 default captures, 6 loops, Python 3.11 and 3.12), the rule
+# times again the 6 of `threads_slowdev` (once each: 29.6-37.5 ms -> 34.2-39.1) and none of
+# the 39 others.
+UNTRACED_PARTS = 3
+UNTRACED_RETRIES = 3
+
+
+def slowed_within(starts_ns: Sequence[int], period: int | None = None) -> list[float] | None:
+    """The mean step times (ms) of a timed block's parts when its last part is slower than
+    its fastest earlier part by more than STEADY_TREND (the block still held a drain), else
+    None. ``starts_ns``: the start times of the block's steps and, last, of the step after
+    it (so ``len - 1`` steps); ``period``: a recurring stall's, in steps (parts are then
+    whole periods)."""
+    steps = len(starts_ns) - 1
+    unit = period if period and period > 0 else 1
+    units = steps // unit
+    parts = min(UNTRACED_PARTS, units)
+    if parts < 2:
+        return None
+    bounds = [round(k * units / parts) * unit for k in range(parts)] + [steps]
+    means = [(starts_ns[b] - starts_ns[a]) / (b - a) / 1e6 for a, b in itertools.pairwise(bounds)]
+    fastest = min(means[:-1])
+    if fastest <= 0 or means[-1] / fastest <= STEADY_TREND:
+        return None
+    return means

@@ -28,7 +28,14 @@ from .state import (
     _Source,
     _Untraced,
 )
-from .steady import STALL_WINDOW_PERIODS, STEADY_BLOCK_STEPS, STEADY_TREND, _Steady
+from .steady import (
+    STALL_WINDOW_PERIODS,
+    STEADY_BLOCK_STEPS,
+    STEADY_TREND,
+    UNTRACED_RETRIES,
+    _Steady,
+    slowed_within,
+)
 from .tracing import _Tracing
 
 __all__ = ["DEFAULT_STEPS", "WINDOW_MIN_S", "_TRACING", "_Capture", "_Source"]
@@ -204,8 +211,9 @@ class _Capture(_Tracing):
             u.steady.step(index, now)
             waited_s = (now - u.resumed_ns) / 1e9
             if u.steady.is_steady() or waited_s >= self.max_wait_s:
-                u.first, u.first_ns = index, now
+                u.first, u.first_ns, u.starts_ns = index, now, [now]
             return
+        u.starts_ns.append(now)
         timed = index - u.first
         elapsed_s = (now - (u.first_ns or now)) / 1e9
         # A recurring stall (a checkpoint every N steps): whole periods, each holding as many
@@ -213,6 +221,18 @@ class _Capture(_Tracing):
         period = u.steady.period
         whole = period is None or timed % period == 0
         if self._block_done(timed, elapsed_s, u.min_steps, u.min_s) and whole:
+            slowed = slowed_within(u.starts_ns, period)
+            waited_s = (now - u.resumed_ns) / 1e9
+            if slowed and u.retries < UNTRACED_RETRIES and waited_s < self.max_wait_s:
+                # Still running down the batches stored during the write: time it again.
+                u.retries += 1
+                parts = ", ".join(f"{m:.1f}" for m in slowed)
+                self.notes.append(
+                    f"the untraced steps {u.first}-{index - 1} after the window slowed as they "
+                    f"ran ({parts} ms a step, in order): timed again from step {index}"
+                )
+                u.first, u.first_ns, u.starts_ns = index, now, [now]
+                return
             u.last = index - 1
             if self.config.get("stop_after"):
                 self.stopped_by_us = True
