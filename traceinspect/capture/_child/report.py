@@ -25,10 +25,14 @@ if TYPE_CHECKING:  # the sidecar's format and the capture (never imported at run
 
 def _untraced_after(cap: _State) -> UntracedJSON | None:
     """The steps timed without the profiler after the window: complete, or up to the last
-    step whose successor began (the script ended first)."""
+    step whose successor began (the script ended first). A block complete whose look-ahead
+    the script's end cut short (``steady.UNTRACED_PARTS``) is the block, unjudged."""
     u, chosen = cap.untraced, cap.chosen
     if u is None or u.first is None or chosen is None:
         return None
+    if u.last is None and u.block_steps is not None:
+        last = u.first + u.block_steps - 1
+        return {"first_step": u.first, "last_step": last, "complete": True}
     last = u.last if u.last is not None else chosen.count - 2
     if last < u.first:
         return None

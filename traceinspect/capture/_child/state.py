@@ -78,9 +78,11 @@ class _Untraced:
     first: int | None = None
     first_ns: int | None = None
     last: int | None = None
-    #: The timed steps' start times (the block's, from ``first``), and how many times the
+    #: The timed steps' start times (the block's, from ``first``, then its look-ahead's),
+    #: the block's length once complete (then the look-ahead runs), and how many times the
     #: block was timed again because it still slowed as it ran (``steady.slowed_within``).
     starts_ns: list[int] = dataclasses.field(default_factory=list)
+    block_steps: int | None = None
     retries: int = 0
 
 

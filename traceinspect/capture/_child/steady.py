@@ -229,35 +229,56 @@ class _Steady:
 # store ~30 batches; the loop then took them at 24-28 ms a step for ~115 steps, and ran at its
 # pace, 34.5 ms, from there to its end. The steady rule over the steps after the write agreed
 # on the flat part (blocks within 35%), so 3 of 3 default captures timed a block that held the
-# drain's end (thirds of 26.2, 31.9, 35.7 ms; 29.0, 26.7, 34.2; 27.8, 23.9, 37.5) and read
-# 29.6-31.2 ms for a loop whose untraced run measured 35.7-36.9. So a complete block is cut in
-# UNTRACED_PARTS parts (whole periods of a recurring stall when there is one, as many as it
-# holds up to UNTRACED_PARTS; a block of one period is not cut), and timed again from the
-# next step when its last part is slower than its fastest earlier part by more than
-# STEADY_TREND (more than settled blocks differ); at most UNTRACED_RETRIES times, and not past
-# the capture's ``max_wait_s``. Over the blocks that `apply_advice.py --keep` kept of the
-# family's two-cause loops (45 default captures, 6 loops, Python 3.11 and 3.12), the rule
-# times again the 6 of `threads_slowdev` (once each: 29.6-37.5 ms -> 34.2-39.1) and none of
-# the 39 others.
-UNTRACED_PARTS = 3
+# drain's end and read 29.6-31.2 ms for a loop whose untraced run measured 35.7-36.9. So a
+# complete block is cut in UNTRACED_PARTS parts (whole periods of a recurring stall when there
+# is one, as many as it holds up to UNTRACED_PARTS; a block of one period is not cut), the
+# steps go on for one part more (the look-ahead: a drain that ends in the block's last steps
+# moves no part of it much, one that ends just after it moves none), and the block is timed
+# again from there when its last part or the look-ahead is slower than the fastest part
+# before it by more than STEADY_TREND (more than settled blocks differ); at most
+# UNTRACED_RETRIES times, and not past the capture's ``max_wait_s``. A block taken keeps its
+# look-ahead. Limit: a drain that outlasts the block and its look-ahead is flat throughout and
+# is not seen. Measured on the blocks that `apply_advice.py --keep` kept (sessions 11-13,
+# MEASUREMENTS.md): the rule times again each of the 12 `threads_slowdev` captures (both
+# stacks), once each (28.4-37.5 ms -> 33.1-38.0), and 2 of the 39 of the family's other
+# two-cause loops: one whose steps slowed from 22.6 to 31.8 ms a few steps after the block
+# (it is the later pace that is then taken) and one whose look-ahead held a checkpoint 22%
+# slower than the block's (a block more is timed). Without the look-ahead one of the 12
+# was missed with parts of a third (its drain ended in its last 11 steps).
+UNTRACED_PARTS = 4
 UNTRACED_RETRIES = 3
 
 
-def slowed_within(starts_ns: Sequence[int], period: int | None = None) -> list[float] | None:
-    """The mean step times (ms) of a timed block's parts when its last part is slower than
-    its fastest earlier part by more than STEADY_TREND (the block still held a drain), else
-    None. ``starts_ns``: the start times of the block's steps and, last, of the step after
-    it (so ``len - 1`` steps); ``period``: a recurring stall's, in steps (parts are then
-    whole periods)."""
-    steps = len(starts_ns) - 1
+def look_ahead_steps(block_steps: int, period: int | None = None) -> int:
+    """How many steps the untraced block's look-ahead holds: one of its UNTRACED_PARTS
+    parts, in whole periods of a recurring stall when there is one."""
     unit = period if period and period > 0 else 1
-    units = steps // unit
+    units = block_steps // unit
+    return max(1, round(units / UNTRACED_PARTS)) * unit
+
+
+def slowed_within(
+    starts_ns: Sequence[int], block_steps: int, period: int | None = None
+) -> list[float] | None:
+    """The mean step times (ms) of a timed block's parts and of its look-ahead when its last
+    part or the look-ahead is slower than the fastest part before it by more than
+    STEADY_TREND (the block held a drain's end), else None. ``starts_ns``: the start times
+    of the block's ``block_steps`` steps, of the look-ahead's after them, and, last, of the
+    step after those; ``period``: a recurring stall's, in steps (parts are then whole
+    periods)."""
+    unit = period if period and period > 0 else 1
+    units = block_steps // unit
     parts = min(UNTRACED_PARTS, units)
-    if parts < 2:
+    if parts < 1:
         return None
-    bounds = [round(k * units / parts) * unit for k in range(parts)] + [steps]
+    bounds = [round(k * units / parts) * unit for k in range(parts)] + [block_steps]
+    ahead = len(starts_ns) - 1 > block_steps
+    if ahead:
+        bounds.append(len(starts_ns) - 1)
     means = [(starts_ns[b] - starts_ns[a]) / (b - a) / 1e6 for a, b in itertools.pairwise(bounds)]
-    fastest = min(means[:-1])
-    if fastest <= 0 or means[-1] / fastest <= STEADY_TREND:
-        return None
-    return means
+    judged = range(max(1, len(means) - 2 if ahead else len(means) - 1), len(means))
+    for k in judged:
+        fastest = min(means[:k])
+        if fastest > 0 and means[k] / fastest > STEADY_TREND:
+            return means
+    return None

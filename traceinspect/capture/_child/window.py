@@ -34,6 +34,7 @@ from .steady import (
     STEADY_TREND,
     UNTRACED_RETRIES,
     _Steady,
+    look_ahead_steps,
     slowed_within,
 )
 from .tracing import _Tracing
@@ -215,28 +216,34 @@ class _Capture(_Tracing):
             return
         u.starts_ns.append(now)
         timed = index - u.first
-        elapsed_s = (now - (u.first_ns or now)) / 1e9
         # A recurring stall (a checkpoint every N steps): whole periods, each holding as many
         # stalls as the next.
         period = u.steady.period
-        whole = period is None or timed % period == 0
-        if self._block_done(timed, elapsed_s, u.min_steps, u.min_s) and whole:
-            slowed = slowed_within(u.starts_ns, period)
-            waited_s = (now - u.resumed_ns) / 1e9
-            if slowed and u.retries < UNTRACED_RETRIES and waited_s < self.max_wait_s:
-                # Still running down the batches stored during the write: time it again.
-                u.retries += 1
-                parts = ", ".join(f"{m:.1f}" for m in slowed)
-                self.notes.append(
-                    f"the untraced steps {u.first}-{index - 1} after the window slowed as they "
-                    f"ran ({parts} ms a step, in order): timed again from step {index}"
-                )
-                u.first, u.first_ns, u.starts_ns = index, now, [now]
-                return
-            u.last = index - 1
-            if self.config.get("stop_after"):
-                self.stopped_by_us = True
-                raise _StopAfter()
+        if u.block_steps is None:
+            elapsed_s = (now - (u.first_ns or now)) / 1e9
+            whole = period is None or timed % period == 0
+            if self._block_done(timed, elapsed_s, u.min_steps, u.min_s) and whole:
+                u.block_steps = timed  # then its look-ahead (steady.UNTRACED_PARTS)
+            return
+        if timed < u.block_steps + look_ahead_steps(u.block_steps, period):
+            return
+        slowed = slowed_within(u.starts_ns, u.block_steps, period)
+        waited_s = (now - u.resumed_ns) / 1e9
+        if slowed and u.retries < UNTRACED_RETRIES and waited_s < self.max_wait_s:
+            # Still running down the batches stored during the write: time it again.
+            u.retries += 1
+            parts = ", ".join(f"{m:.1f}" for m in slowed)
+            self.notes.append(
+                f"the untraced steps {u.first}-{index - 1} after the window slowed as they "
+                f"ran ({parts} ms a step, in order, the last {index - u.first - u.block_steps} "
+                f"steps after the block): timed again from step {index}"
+            )
+            u.first, u.first_ns, u.starts_ns, u.block_steps = index, now, [now], None
+            return
+        u.last = index - 1
+        if self.config.get("stop_after"):
+            self.stopped_by_us = True
+            raise _StopAfter()
 
     def timing_window(self) -> bool:
         """In a phase of isolate, inside the timed window, on the main thread."""
