@@ -10,6 +10,7 @@ import pytest
 
 from traceinspect.analysis.counterfactual import (
     FLOORS_KEPT,
+    binding_floor,
     cores_floor_ns,
     expected_without,
     gains_nothing,
@@ -249,6 +250,27 @@ def test_expected_without(
     cause: str, remaining: float, floors: dict[str, float | None], expected: float
 ) -> None:
     assert expected_without(cause, remaining, floors) == expected
+
+
+@pytest.mark.parametrize(
+    ("cause", "remaining", "floors", "bound"),
+    [
+        ("sync", 0.0, {"device": 10.0, "input": 4.0}, "device"),
+        ("sync", 0.0, {"device": 10.0, "input": 12.0}, "input"),
+        # On the CPU backend the host's work between programs stretches the device's.
+        ("sync", 0.0, {"device": 10.0, "input": 4.0, "cores": 11.5}, "cores"),
+        # A floor the cause does not keep never binds; the remaining part can.
+        ("stall", 0.0, {"device": 10.0, "input": 40.0}, "device"),
+        ("callback", 14.0, {"device": 10.0, "input": 4.0}, None),
+        ("sync", 0.0, {"device": None}, None),
+    ],
+)
+def test_the_floor_that_binds_is_the_one_expected_without_takes(
+    cause: str, remaining: float, floors: dict[str, float | None], bound: str | None
+) -> None:
+    assert binding_floor(cause, remaining, floors) == bound
+    if bound is not None:
+        assert expected_without(cause, remaining, floors) == floors[bound]
 
 
 def test_every_cause_with_advice_has_its_floors() -> None:

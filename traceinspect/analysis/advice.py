@@ -15,6 +15,7 @@ from traceinspect.analysis.advice_causes import (
     with_stall_advice,
 )
 from traceinspect.analysis.counterfactual import (
+    binding_floor,
     expected_without,
     read_floor_ns,
     reads_every_step,
@@ -44,6 +45,18 @@ _INPUT_CPU = (
 )
 
 
+# What limits the step once the read is gone, by the floor that sets it
+# (:func:`~traceinspect.analysis.counterfactual.binding_floor`).
+_LIMITS = {
+    "device": "the device's work limits",
+    "input": "the input limits",
+    "cores": (
+        "the cores limit: on XLA's CPU backend they run the programs and the host's work "
+        "between them"
+    ),
+}
+
+
 def recommendations(
     verdict: str,
     fractions: dict[str, float],
@@ -68,14 +81,17 @@ def recommendations(
         # Without the read the host prepares the next step while the device runs this one:
         # the step is then the device's work, or the input's when that is longer.
         expected = expected_without("sync", 0.0, floors) / 1e6
-        limit = "the device's work" if busy_ns >= input_ns else "the input"
+        bound = binding_floor("sync", 0.0, floors)
+        if bound is None:
+            bound = "device" if busy_ns >= input_ns else "input"
+        limit = _LIMITS.get(bound, _LIMITS["device"])
         if stall_ns:
             limit += f", and the recurring stall's {stall_ns / 1e6:.2f} ms a step stays"
         message = (
             f"Stop reading a device value every step{where}: log the previous step's "
             "metrics instead (keep last step's loss and print it after dispatching the "
             "next step), or log every N steps, so the host can run ahead; expected step "
-            f"time {expected:.2f} ms (then {limit} limits)."
+            f"time {expected:.2f} ms (then {limit})."
         )
         expected_ms: float | None = round(expected, 4)
         if occasional_sync and sync_sites and "(in " in sync_sites[0]:

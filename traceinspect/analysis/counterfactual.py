@@ -114,6 +114,18 @@ def expected_without(cause: str, remaining: float, floors: Mapping[str, float | 
     return step + sum(added)
 
 
+def binding_floor(cause: str, remaining: float, floors: Mapping[str, float | None]) -> str | None:
+    """The floor that sets the step :func:`expected_without` gives for ``cause``: the highest
+    of its :data:`FLOORS_KEPT` that ``floors`` gives, when it is above ``remaining`` (the
+    part of today's step that stays); None when ``remaining`` sets it or no floor is known.
+    What the advice names as the limit once the cause is gone."""
+    kept = [(v, k) for k, v in floors.items() if k in FLOORS_KEPT[cause] and v is not None]
+    if not kept:
+        return None
+    value, name = max(kept)
+    return name if value > remaining else None
+
+
 #: The floors measured in the traced window, in its pace (the others are the run's): the
 #: device's work and the input's, the ``cores`` floor made of the device's work and the host's,
 #: and the read floor made of the window's steps.
