@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceinspect.capture import CaptureOptions, CaptureResult
+from traceinspect.capture._child.steady import look_ahead_steps
 from traceinspect.cli import main
 from traceinspect.errors import UsageError
 from traceinspect.report.sweep import (
@@ -773,13 +774,15 @@ def test_by_default_each_run_goes_on_untraced_after_its_window(tmp_path: Path) -
     assert (window.first_step, window.last_step) == (3, 10)
     # Steady again after the window (step 11 holds the trace's write; then 3 blocks of at
     # least 8 steps and 0.5 s), then as many steps as the window traced (8; an explicit
-    # --steps asks no minimum time), then stopped: the script's 5,000 steps were not run.
+    # --steps asks no minimum time) and its look-ahead (2), then stopped: the script's 5,000
+    # steps were not run.
     assert window.untraced_after is not None and window.untraced_complete
     first, last = window.untraced_after
-    assert first >= 12 + 3 * 8 and last == first + 7
+    timed_steps = 8 + look_ahead_steps(8)
+    assert first >= 12 + 3 * 8 and last == first + timed_steps - 1
     assert (record.steps[first].start_unix_ns or 0) - (record.steps[12].start_unix_ns or 0) >= 1.5e9
     timed = [s for s in record.steps if first <= s.index <= last]
-    assert len(timed) == 8 and not any(s.traced for s in timed)
+    assert len(timed) == timed_steps and not any(s.traced for s in timed)
     # Every timed step has its host time, and they tile the block: from the first step's
     # start to the start of the one after the last (where the script was stopped). (The
     # script's 2 ms a batch is read ahead: a step's host time can be shorter.)
@@ -791,10 +794,11 @@ def test_by_default_each_run_goes_on_untraced_after_its_window(tmp_path: Path) -
     assert record.data["stopped_by_traceinspect"] is True
     assert record.data["steps_seen"] == last + 2
     pace = record.untraced_pace()
-    # By the host's 8 steps, or by the completions: 8 gaps from the step before the block's
-    # first when that one was stamped, else 7.
+    # By the host's steps, or by the completions: as many gaps from the step before the
+    # block's first when that one was stamped, else one fewer.
     assert pace is not None
-    assert pace.count in ((7, 8) if pace.how == "completed" else (8,))
+    n = timed_steps
+    assert pace.count in ((n - 1, n) if pace.how == "completed" else (n,))
     # The only count, so the best: timed a second time (LOGDIR/workers_0_again), whose
     # figure is the count's, the first run's kept beside it.
     assert run.first_untraced_ms == pytest.approx(pace.mean_ms, abs=1e-3)
