@@ -73,18 +73,17 @@ def recommendations(
     threads are no advice. ``measured``: the window's floors (:func:`~traceinspect.analysis.
     advice_causes.window_floors`), whose input and device figures the input's advice quotes
     (default: ``floors``)."""
-    input_ns, busy_ns, stall_ns = floors["input"] or 0.0, floors["device"] or 0.0, floors["stall"]
+    stall_ns = floors["stall"]
     quoted = measured if measured is not None else floors
     recs: list[Recommendation] = []
     if fractions["sync"] >= MATTERS:
         where = f" ({sync_sites[0]})" if sync_sites else ""
         # Without the read the host prepares the next step while the device runs this one:
-        # the step is then the device's work, or the input's when that is longer.
+        # the floors then set the step (the device's work, the input's, or on XLA's CPU
+        # backend the cores', which run both).
         expected = expected_without("sync", 0.0, floors) / 1e6
-        bound = binding_floor("sync", 0.0, floors)
-        if bound is None:
-            bound = "device" if busy_ns >= input_ns else "input"
-        limit = _LIMITS.get(bound, _LIMITS["device"])
+        # No floor known: the device's work, as before the floors were named.
+        limit = _LIMITS[binding_floor("sync", 0.0, floors) or "device"]
         if stall_ns:
             limit += f", and the recurring stall's {stall_ns / 1e6:.2f} ms a step stays"
         message = (

@@ -100,6 +100,13 @@ def cores_floor_ns(
 ADDED_UNLESS_REMOVED: Final[tuple[str, ...]] = ("stall",)
 
 
+def _kept(cause: str, floors: Mapping[str, float | None]) -> dict[str, float]:
+    """The floors of :data:`FLOORS_KEPT` for ``cause`` that ``floors`` gives (None: unknown);
+    a cause with no row is a KeyError."""
+    kept = FLOORS_KEPT[cause]
+    return {k: v for k, v in floors.items() if k in kept and v is not None}
+
+
 def expected_without(cause: str, remaining: float, floors: Mapping[str, float | None]) -> float:
     """The step expected without ``cause``: ``remaining`` (the part of today's step that
     stays: 0 where, the cause removed, the host runs ahead and the floors alone set the
@@ -108,8 +115,7 @@ def expected_without(cause: str, remaining: float, floors: Mapping[str, float | 
     gives, unless ``cause`` is that part. ``remaining`` and the floors exclude those parts
     (a window's typical step, a run's step without its stalls). The only place a step is
     bounded below by its floors."""
-    kept = FLOORS_KEPT[cause]
-    step = max([remaining, *(v for k, v in floors.items() if k in kept and v is not None)])
+    step = max([remaining, *_kept(cause, floors).values()])
     added = (v for k, v in floors.items() if k in ADDED_UNLESS_REMOVED and k != cause and v)
     return step + sum(added)
 
@@ -119,10 +125,10 @@ def binding_floor(cause: str, remaining: float, floors: Mapping[str, float | Non
     of its :data:`FLOORS_KEPT` that ``floors`` gives, when it is above ``remaining`` (the
     part of today's step that stays); None when ``remaining`` sets it or no floor is known.
     What the advice names as the limit once the cause is gone."""
-    kept = [(v, k) for k, v in floors.items() if k in FLOORS_KEPT[cause] and v is not None]
+    kept = _kept(cause, floors)
     if not kept:
         return None
-    value, name = max(kept)
+    value, name = max((v, k) for k, v in kept.items())
     return name if value > remaining else None
 
 

@@ -74,9 +74,8 @@ class _Untraced:
     #: The steady rule over the steps after the write (its ``period``: a recurring stall's,
     #: when it found one; the block then spans whole periods).
     steady: _Steady
-    #: The first timed step and when it began; the last one (set when the block is complete).
+    #: The first timed step; the last one (set when the block is complete).
     first: int | None = None
-    first_ns: int | None = None
     last: int | None = None
     #: The timed steps' start times (the block's, from ``first``, then its look-ahead's),
     #: the block's length once complete (then the look-ahead runs), and how many times the

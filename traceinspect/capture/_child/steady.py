@@ -249,11 +249,17 @@ UNTRACED_PARTS = 4
 UNTRACED_RETRIES = 3
 
 
+def _units(block_steps: int, period: int | None) -> tuple[int, int]:
+    """The unit a block is cut by (a recurring stall's period, else a step) and how many
+    whole ones it holds."""
+    unit = period if period and period > 0 else 1
+    return unit, block_steps // unit
+
+
 def look_ahead_steps(block_steps: int, period: int | None = None) -> int:
     """How many steps the untraced block's look-ahead holds: one of its UNTRACED_PARTS
     parts, in whole periods of a recurring stall when there is one."""
-    unit = period if period and period > 0 else 1
-    units = block_steps // unit
+    unit, units = _units(block_steps, period)
     return max(1, round(units / UNTRACED_PARTS)) * unit
 
 
@@ -266,8 +272,7 @@ def slowed_within(
     of the block's ``block_steps`` steps, of the look-ahead's after them, and, last, of the
     step after those; ``period``: a recurring stall's, in steps (parts are then whole
     periods)."""
-    unit = period if period and period > 0 else 1
-    units = block_steps // unit
+    unit, units = _units(block_steps, period)
     parts = min(UNTRACED_PARTS, units)
     if parts < 1:
         return None

@@ -212,7 +212,7 @@ class _Capture(_Tracing):
             u.steady.step(index, now)
             waited_s = (now - u.resumed_ns) / 1e9
             if u.steady.is_steady() or waited_s >= self.max_wait_s:
-                u.first, u.first_ns, u.starts_ns = index, now, [now]
+                u.first, u.starts_ns = index, [now]
             return
         u.starts_ns.append(now)
         timed = index - u.first
@@ -220,7 +220,7 @@ class _Capture(_Tracing):
         # stalls as the next.
         period = u.steady.period
         if u.block_steps is None:
-            elapsed_s = (now - (u.first_ns or now)) / 1e9
+            elapsed_s = (now - u.starts_ns[0]) / 1e9
             whole = period is None or timed % period == 0
             if self._block_done(timed, elapsed_s, u.min_steps, u.min_s) and whole:
                 u.block_steps = timed  # then its look-ahead (steady.UNTRACED_PARTS)
@@ -238,7 +238,7 @@ class _Capture(_Tracing):
                 f"ran ({parts} ms a step, in order, the last {index - u.first - u.block_steps} "
                 f"steps after the block): timed again from step {index}"
             )
-            u.first, u.first_ns, u.starts_ns, u.block_steps = index, now, [now], None
+            u.first, u.starts_ns, u.block_steps = index, [now], None
             return
         u.last = index - 1
         if self.config.get("stop_after"):
