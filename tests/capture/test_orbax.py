@@ -111,7 +111,9 @@ def test_the_synchronous_checkpoints_stall_recurs_every_10_steps_and_is_a_checkp
     assert advice.expected_step_ms is not None
     slowdown = stall["traced_slowdown"]
     assert slowdown >= 1.0, stall
-    assert analysis.device_busy_ms_per_step / slowdown <= advice.expected_step_ms
+    # (The slowdown is printed to 3 decimals: 0.1% of rounding; a CI run whose device floor
+    # bound found 72.9029 / 2.448 = 29.7806 against the 29.7761 computed unrounded.)
+    assert analysis.device_busy_ms_per_step / slowdown <= advice.expected_step_ms * 1.001
     assert advice.expected_step_ms < stall["run_mean_step_ms"]
 
 
