@@ -4,6 +4,7 @@ stderr is piped, with -q or with --json. The library reports through callbacks o
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -316,5 +317,5 @@ def test_sweep_progress_ticks_while_a_count_runs() -> None:
     # more than whole seconds passed (a loaded machine starts the child late: one more).
     every = sweep_runner.PROGRESS_EVERY_S
     assert 2 <= len(ticks) <= elapsed // every
-    gaps = [b - a for a, b in zip([start, *ticks], ticks, strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise([start, *ticks])]
     assert all(gap >= every * 0.99 for gap in gaps)

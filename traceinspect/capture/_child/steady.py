@@ -281,8 +281,9 @@ def slowed_within(
     if ahead:
         bounds.append(len(starts_ns) - 1)
     means = [(starts_ns[b] - starts_ns[a]) / (b - a) / 1e6 for a, b in itertools.pairwise(bounds)]
-    judged = range(max(1, len(means) - 2 if ahead else len(means) - 1), len(means))
-    for k in judged:
+    # Judged against the parts before them: the block's last part, and the look-ahead.
+    last_part = len(means) - 2 if ahead else len(means) - 1
+    for k in range(max(1, last_part), len(means)):
         fastest = min(means[:k])
         if fastest > 0 and means[k] / fastest > STEADY_TREND:
             return means
