@@ -140,6 +140,14 @@ CORE_WAIT_NOTE: Final = 0.005
 #: first ones, which compile) are timed from the completion stamps of a step and the one
 #: before it: half (chosen, not measured).
 STAMPED_SHARE: Final = 0.5
+#: The completion stamps come in bunches (stamped late, by a thread that waited for the GIL)
+#: when at least this share of them came within a ``STALL_FACTOR``-th of the host's typical
+#: step of the one before. Measured on the sidecars kept from sessions 11-15: 106 captures
+#: of the family, its habits, the frameworks and the GPU samples had 0-7% of them; Grain's
+#: tutorial loop (16 read threads) 16-39%; the family's ``gc.collect()`` every 12 steps
+#: 41-56% on 3.12 + jax 0.12, where a median (half) put 5 of 15 captures on the stamps and
+#: found the collections every 24 or 36 steps, or none. A quarter lies between.
+BUNCHED_SHARE: Final = 0.25
 #: A recurring stall during which other programs ran is an evaluation when the device idled
 #: less than this share of the stalled steps' time, busy with them the rest (chosen, not
 #: measured).
@@ -175,6 +183,7 @@ REGISTRY["GAP_LINE_SHARE"] = GAP_LINE_SHARE
 REGISTRY["GAP_LINE_FIRST"] = GAP_LINE_FIRST
 REGISTRY["CORE_WAIT_NOTE"] = CORE_WAIT_NOTE
 REGISTRY["STAMPED_SHARE"] = STAMPED_SHARE
+REGISTRY["BUNCHED_SHARE"] = BUNCHED_SHARE
 REGISTRY["EVALUATION_IDLE"] = EVALUATION_IDLE
 REGISTRY["EVALUATION_WORK"] = EVALUATION_WORK
 REGISTRY["EVALUATION_HOST"] = EVALUATION_HOST
