@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -224,3 +226,41 @@ def test_one_library_line_reached_from_two_places_is_named_by_each() -> None:
     second = second_waiter.__code__.co_firstlineno + 1
     assert f"test_sampler.py:{first} first_waiter (in threading wait)" in sites, sites
     assert f"test_sampler.py:{second} second_waiter (in threading wait)" in sites, sites
+
+
+_STARTS_THREADS_WHILE_SAMPLED = """
+import gc, sys, threading, time
+from traceinspect.capture._child.sampler import StackSampler
+
+def waits(phase, info):
+    # A collection on the sampler's thread gives the GIL away, as jax's callback freeing
+    # Grain's shared memory does when it waits for multiprocessing's resource tracker.
+    if phase == "start" and threading.current_thread().name == "traceinspect-sampler":
+        time.sleep(0.01)
+
+gc.callbacks.append(waits)
+gc.set_threshold(1)  # a collection on (almost) every allocation
+sampler = StackSampler(threading.get_ident(), lambda: True, interval_s=0.0)
+sampler.start()
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:  # Grain's prefetch starting a new iterator's threads
+    started = threading.Thread(target=lambda: [[] for _ in range(20)])
+    started.start()
+    started.join()
+sampler.stop()
+print(len(sampler.t_ns))
+"""
+
+
+def test_sampling_never_hangs_a_script_that_starts_threads() -> None:
+    """CPython before 3.12 may collect garbage inside ``sys._current_frames()`` while it
+    holds the lock a new thread's state needs (gh-106883): a collection that gives the GIL
+    away there hangs the process once another thread starts one. Written plainly, this
+    script hangs on Python 3.11.7 within a second; the sampler pauses the collector around
+    its look. (3.12 and later collect only between bytecodes: no hang to provoke.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTS_THREADS_WHILE_SAMPLED, "3"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 10  # it looked, again and again, as threads started

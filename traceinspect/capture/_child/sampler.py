@@ -4,10 +4,11 @@ With the Python tracer off (the default: it makes traces ~100x larger), the trac
 the training thread did only where jax, Grain or capture wrote an event: the loop's own code
 between them (a checkpoint's file write, a queue, a lookup, a sleep) is a stretch with
 nothing in it. A thread of capture's looks at the training thread's innermost frames every
-``interval_s`` (``sys._current_frames()``, the training thread only) and keeps, for each
-look, the time and the user's frame it was in (``train.py:231 save_checkpoint``, with the
-library function below it when the thread was inside one: ``(in numpy save)``), so the
-analysis names that untraced time by function and line.
+``interval_s`` (``sys._current_frames()``, the training thread only; see
+:func:`collector_paused`) and keeps, for each look, the time and the user's frame it was in
+(``train.py:231 save_checkpoint``, with the library function below it when the thread was
+inside one: ``(in numpy save)``), so the analysis names that untraced time by function and
+line.
 
 Each look also reads the training thread's CPU clock (``pthread_getcpuclockid``, where the
 platform has one): between two looks, how much of the time the thread ran rather than
@@ -20,12 +21,14 @@ cached by code object and line): ``benchmarks/capture_overhead.py`` measures it.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +65,36 @@ _BELOW_THE_LOOP = (
     _STDLIB,
     _HERE,
 )
+
+
+#: Whether Python may collect garbage in the middle of the sampler's look: CPython before
+#: 3.12 collects on any allocation, inside C code too. A collection that gives the GIL away
+#: there (a finalizer or a ``gc.callbacks`` entry that waits: jax's callback frees Grain's
+#: shared memory, which asks multiprocessing's resource tracker for its lock) breaks two
+#: things: inside ``sys._current_frames()``, which holds the interpreter's lock on thread
+#: states, another thread takes the GIL and waits for that lock to start a thread (Grain's
+#: prefetch starting a new iterator's workers), and the process hangs for good (CPython
+#: gh-106883, fixed in 3.11.9); inside the frame walk, the training thread runs on and
+#: returns from a frame being read (seen: a frame's ``f_back`` read back as a dict). A
+#: capture of the family's loop with a new iterator every 40 steps hung so on 3.11.7. 3.12
+#: and later collect only between bytecodes.
+_COLLECTS_INSIDE = sys.version_info < (3, 12)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's automatic collector off for the block where it could collect inside C code
+    (:data:`_COLLECTS_INSIDE`), and on again after it. Paused only when it was on: a script
+    that turns it off itself keeps it off (unless it does so during the block, a few
+    microseconds)."""
+    if not (_COLLECTS_INSIDE and gc.isenabled()):
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _file_name(path: str) -> str:
@@ -119,14 +152,19 @@ class StackSampler:
                 continue
             if len(self.t_ns) >= self._max:
                 return
-            frame = sys._current_frames().get(self._ident)
-            if frame is not None:
-                self.t_ns.append(time.time_ns())
-                if self._clock is not None:
-                    self.cpu_ns.append(_read_clock(self._clock))
-                self.site.append(self._index_of(frame))
-            del frame
+            with collector_paused():
+                self._look()
             self._stop.wait(self.interval_s)
+
+    def _look(self) -> None:
+        """One look at the training thread: the time, its CPU clock and its site."""
+        frame = sys._current_frames().get(self._ident)
+        if frame is not None:
+            self.t_ns.append(time.time_ns())
+            if self._clock is not None:
+                self.cpu_ns.append(_read_clock(self._clock))
+            self.site.append(self._index_of(frame))
+        del frame
 
     def _index_of(self, frame: Any) -> int:
         # The key is the whole stack's places, not the innermost frame's alone: one
