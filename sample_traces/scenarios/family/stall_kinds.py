@@ -10,6 +10,7 @@ step's time above the median. With ``--captures``, it also captures each habit w
 kind, its period and the expected step without it.
 
     python sample_traces/scenarios/family/stall_kinds.py --repeats 3 --captures --json out.json
+    python sample_traces/scenarios/family/stall_kinds.py --habits gc --repeats 10 --captures
 """
 
 from __future__ import annotations
@@ -89,10 +90,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--captures", action="store_true")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument(
+        "--habits", nargs="+", choices=list(HABITS), default=list(HABITS),
+        help="only these habits (default: all, and the loop without any)",
+    )  # fmt: skip
     args = parser.parse_args()
-    results: dict[str, dict[str, list[Any]]] = {h: {"timed": [], "captured": []} for h in HABITS}
+    habits: list[str] = args.habits
+    results: dict[str, dict[str, list[Any]]] = {h: {"timed": [], "captured": []} for h in habits}
     for _ in range(args.repeats):
-        for habit in HABITS:
+        for habit in habits:
             results[habit]["timed"].append(timed(habit))
             if args.captures and habit != "none":
                 results[habit]["captured"].append(captured(habit))
