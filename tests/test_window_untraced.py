@@ -22,6 +22,7 @@ def _sidecar(
     stop_in: int | None,
     untraced_after: tuple[int, int] | None = None,
     complete: bool = False,
+    rule: str = "steady",
 ) -> SC.Sidecar:
     """Steps of the given walls back to back from T0; ``traced`` are the window's; the
     trace stopped 1 ms into step ``stop_in`` (None: not recorded). Built as capture writes
@@ -40,7 +41,7 @@ def _sidecar(
         )
         start += int(wall * MS)
     window: dict[str, Any] = {
-        "rule": "steady",
+        "rule": rule,
         "reason": None,
         "first_step": traced.start,
         "last_step": traced.stop - 1,
@@ -91,8 +92,31 @@ def test_too_few_steps_after_the_write_give_no_pace() -> None:
     walls = [10.0] * 20 + [2000.0] + [10.0] * 30
     window, note = window_check(_sidecar(walls, range(10, 20), stop_in=20))
     assert window is not None
-    assert window["after_mean_ms"] is None and window["representative"] is None
+    assert window["after_mean_ms"] is None
+    # The window is judged against the steady steps before it instead (2-9: 10 ms).
+    assert window["before_mean_ms"] == 10.0 and window["before_steps"] == 8
+    assert window["representative"] is True
     assert note is None
+
+
+def test_a_window_the_script_ended_right_after_is_judged_by_the_steady_steps_before_it() -> None:
+    """A loop shaped like Grain's tutorial, 240 steps: the profiler slowed its window to 537 ms
+    a step from step 174, the script ended one step after it, and the steady rule had timed
+    133-142 ms a step just before: the window is said not to represent the run."""
+    walls = [400.0, 200.0] + [140.0] * 30 + [537.0] * 20 + [900.0, 140.0]
+    window, note = window_check(_sidecar(walls, range(32, 52), stop_in=52))
+    assert window is not None and window["after_mean_ms"] is None
+    assert window["before_mean_ms"] == 140.0 and window["before_steps"] == 20
+    assert window["representative"] is False
+    assert note is not None and "the 20 untraced steps before them at 140.00 ms/step" in note
+
+
+def test_the_steps_before_a_window_opened_by_another_rule_are_no_reference() -> None:
+    """Before a window opened at a fixed step (``--skip-steps``) the run may still warm up."""
+    walls = [400.0, 200.0] + [140.0] * 30 + [537.0] * 20 + [900.0, 140.0]
+    window, note = window_check(_sidecar(walls, range(32, 52), stop_in=52, rule="skip"))
+    assert window is not None and window["representative"] is None
+    assert "before_mean_ms" not in window and note is None
 
 
 def test_capture_s_settled_block_is_the_reference() -> None:

@@ -25,8 +25,8 @@ from traceinspect.analysis.measure import Measured
 from traceinspect.analysis.rules import Claim
 from traceinspect.analysis.stall_kinds import StallNature, stall_nature
 from traceinspect.analysis.stalls import RecurringStall, recurring_stall
+from traceinspect.analysis.window import profiled_steps, window_steps
 from traceinspect.analysis.workers_inputs import computes
-from traceinspect.sidecar import Sidecar
 from traceinspect.thresholds import KNEE_TOLERANCE, MATTERS
 
 # The verdict a recurring stall gives the run, by what it is.
@@ -113,23 +113,6 @@ def _pipeline_pace(m: Measured, found: RecurringStall, workers: int | None) -> b
         per_batch_ns = batch_ms * 1e6 / max(1, workers or 0)
         return per_batch_ns * KNEE_TOLERANCE >= found.expected_ns
     return found.period <= max(2, workers or 0)
-
-
-def window_steps(sidecar: Sidecar) -> frozenset[int]:
-    """The steps of the traced window (capture's ``traced`` steps)."""
-    return frozenset(s.index for s in sidecar.steps if s.traced)
-
-
-def profiled_steps(sidecar: Sidecar) -> frozenset[int]:
-    """The steps capture ran under the profiler: the window's, and the early trace's (from
-    step 2 until the run was first steady: a Flax NNX + Orbax loop's steps 49-101, slowed
-    by it, hid its checkpoint every 10 steps as strays)."""
-    traced = set(window_steps(sidecar))
-    early: dict[str, Any] = dict(sidecar.data.get("early_trace") or {})
-    first, last = early.get("first_step"), early.get("last_step")
-    if isinstance(first, int) and isinstance(last, int) and last >= first:
-        traced.update(range(first, last + 1))
-    return frozenset(traced)
 
 
 def callback(m: Measured) -> Found | None:

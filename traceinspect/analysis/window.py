@@ -11,6 +11,7 @@ import numpy as np
 
 from traceinspect.analysis.executions import StepWork
 from traceinspect.analysis.result import StepSummary
+from traceinspect.analysis.stalls import SKIP_FIRST
 from traceinspect.analysis.steps import Steps
 from traceinspect.errors import AnalysisError
 from traceinspect.intervals import Intervals
@@ -186,19 +187,64 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
                 )
                 + " (the slower of the two)."
             )
+    side = "after"
+    if traced and len(after) < _MIN_STEPS_AFTER:
+        before = _steady_walls_before(sidecar, len(traced))
+        if len(before) >= _MIN_STEPS_AFTER:
+            side, after = "before", before
+            out["before_mean_ms"], out["before_steps"] = None, len(before)
     if traced and len(after) >= _MIN_STEPS_AFTER:
         t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
-        out["after_mean_ms"] = round(a_mean, 4)
+        out[f"{side}_mean_ms"] = round(a_mean, 4)
         off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
         out["representative"] = abs(off) <= REPRESENTATIVE
         if not out["representative"]:
             notes.append(
                 f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps "
-                f"after them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not represent "
-                "the run (the pace changed, or the profiler slowed it); capture again, later in "
-                "the run (--skip-steps) or with more steps."
+                f"{side} them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not "
+                "represent the run (the pace changed, or the profiler slowed it); capture "
+                "again, later in the run (--skip-steps) or with more steps."
             )
     return out, " ".join(notes) or None
+
+
+def window_steps(sidecar: Sidecar) -> frozenset[int]:
+    """The steps of the traced window (capture's ``traced`` steps)."""
+    return frozenset(s.index for s in sidecar.steps if s.traced)
+
+
+def profiled_steps(sidecar: Sidecar) -> frozenset[int]:
+    """The steps capture ran under the profiler: the window's, and the early trace's (from
+    step 2 until the run was first steady: a Flax NNX + Orbax loop's steps 49-101, slowed
+    by it, hid its checkpoint every 10 steps as strays)."""
+    traced = set(window_steps(sidecar))
+    early: dict[str, Any] = dict(sidecar.data.get("early_trace") or {})
+    first, last = early.get("first_step"), early.get("last_step")
+    if isinstance(first, int) and isinstance(last, int) and last >= first:
+        traced.update(range(first, last + 1))
+    return frozenset(traced)
+
+
+def _steady_walls_before(sidecar: Sidecar, count: int) -> list[float]:
+    """Where too few steps ran after the window to compare it with (the script ended), the
+    wall times (ms) of the last ``count`` steps before it that ran without the profiler (the
+    first :data:`~traceinspect.analysis.stalls.SKIP_FIRST`, which compile, left out), when
+    capture opened the window because those steps were steady (its ``steady`` rule), else
+    none: the steps before another rule's window may still be warming up. Measured: a loop
+    shaped like Grain's tutorial, 240 steps, traced 537 ms a step from step 174 with one
+    step after it, where the steady rule had timed 133-142 ms a step just before."""
+    window = sidecar.window
+    if window is None or window.rule != "steady" or window.first_step is None:
+        return []
+    profiled = profiled_steps(sidecar)
+    before = [
+        s.wall_ms
+        for s in sidecar.steps
+        if SKIP_FIRST <= s.index < window.first_step
+        and s.index not in profiled
+        and s.wall_ms is not None
+    ]
+    return before[-count:]
 
 
 def check_own_work(trace: Trace, steps: Steps, work: StepWork | None) -> None:

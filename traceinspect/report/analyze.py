@@ -83,9 +83,10 @@ def render_analysis(a: Analysis, *, top_gaps: int = 5) -> str:
     if w and w.get("reason"):
         rep = ""
         if w.get("representative") is not None:
+            side = "before" if w.get("before_mean_ms") is not None else "after"
             rep = (
-                f"; the {w['after_steps']} untraced steps after it ran at "
-                f"{w['after_mean_ms']:,.2f} ms/step"
+                f"; the {w[f'{side}_steps']} untraced steps {side} it ran at "
+                f"{w[f'{side}_mean_ms']:,.2f} ms/step"
             )
         done = w.get("traced_completed_ms")
         if done is not None:
