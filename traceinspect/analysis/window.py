@@ -187,21 +187,23 @@ def window_check(sidecar: Sidecar | None) -> tuple[dict[str, Any] | None, str | 
                 )
                 + " (the slower of the two)."
             )
-    side = "after"
+    # The untraced steps the window is judged against: those after it, else the steady ones
+    # before it.
+    reference, side = after, "after"
     if traced and len(after) < _MIN_STEPS_AFTER:
         before = _steady_walls_before(sidecar, len(traced))
         if len(before) >= _MIN_STEPS_AFTER:
-            side, after = "before", before
-            out["before_mean_ms"], out["before_steps"] = None, len(before)
-    if traced and len(after) >= _MIN_STEPS_AFTER:
-        t_mean, a_mean = float(np.mean(traced)), float(np.mean(after))
+            reference, side = before, "before"
+            out["before_steps"] = len(before)
+    if traced and len(reference) >= _MIN_STEPS_AFTER:
+        t_mean, a_mean = float(np.mean(traced)), float(np.mean(reference))
         out[f"{side}_mean_ms"] = round(a_mean, 4)
         off = t_mean / a_mean - 1 if a_mean > 0 else 0.0
         out["representative"] = abs(off) <= REPRESENTATIVE
         if not out["representative"]:
             notes.append(
-                f"The traced steps ran at {t_mean:.2f} ms/step, the {len(after)} untraced steps "
-                f"{side} them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not "
+                f"The traced steps ran at {t_mean:.2f} ms/step, the {len(reference)} untraced "
+                f"steps {side} them at {a_mean:.2f} ms/step ({off:+.0%}): the window may not "
                 "represent the run (the pace changed, or the profiler slowed it); capture "
                 "again, later in the run (--skip-steps) or with more steps."
             )
